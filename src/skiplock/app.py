@@ -1,0 +1,295 @@
+"""App: configuration, the task registry, enqueueing (also on the caller's connection) and reads."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+
+from .backend.base import NewJob
+from .backend.postgres import PostgresBackend
+from .errors import ConfigurationError, InvalidJob, JobNotFound, UnknownTask
+from .job import Job, JobState
+from .retry import RetryPolicy, as_policy
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+DEFAULT_MAX_ARGS_BYTES = 1 << 20  # 1 MiB of JSON per job
+INT32 = (-(2**31), 2**31 - 1)
+
+
+@dataclass(frozen=True)
+class Task:
+    """A registered handler and its defaults. ``handler(job, **job.args)`` runs inside the job's
+    transaction (transaction lease): its writes through ``job.conn`` commit with the job's completion."""
+
+    name: str
+    fn: Callable[..., Any]
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int = 5
+    retry: RetryPolicy = as_policy(None)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def _check_queue(queue: Any) -> str:
+    if not isinstance(queue, str) or not queue or len(queue) > 200:
+        raise InvalidJob(f"queue must be a non-empty string of at most 200 characters, got {queue!r}")
+    if "\x00" in queue:
+        raise InvalidJob("queue names cannot contain NUL characters")
+    return queue
+
+
+def _check_int(name: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidJob(f"{name} must be an integer between {low} and {high}, got {value!r}")
+    return value
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, Mapping):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+def serialise_args(args: Any, limit: int) -> str:
+    """JSON text for jsonb, or InvalidJob saying exactly why not. Checked before any SQL runs, so a
+    rejected job never aborts the caller's transaction."""
+    if args is None:
+        args = {}
+    if not isinstance(args, Mapping):
+        raise InvalidJob(f"args must be a JSON object (a dict of keyword arguments), got {type(args).__name__}")
+    for key in args:
+        if not isinstance(key, str):
+            raise InvalidJob(f"args keys must be strings (they become keyword arguments), got {key!r}")
+    try:
+        text = json.dumps(args, allow_nan=False, separators=(",", ":"))
+    except ValueError as exc:
+        raise InvalidJob(f"args are not valid JSON: {exc} (NaN and Infinity are not JSON)") from None
+    except (TypeError, RecursionError) as exc:
+        raise InvalidJob(f"args are not JSON-serialisable: {exc}") from None
+    if "\\u0000" in text and _has_nul(args):
+        raise InvalidJob("args contain a NUL character (\\u0000), which PostgreSQL jsonb cannot store")
+    if len(text) > limit:
+        raise InvalidJob(f"args are {len(text):,} bytes as JSON; the limit is {limit:,} (App(max_args_bytes=...))")
+    return text
+
+
+def _check_run_at(run_at: Any) -> datetime | None:
+    if run_at is None:
+        return None
+    if not isinstance(run_at, datetime):
+        raise InvalidJob(f"run_at must be a datetime, got {type(run_at).__name__}")
+    if run_at.tzinfo is None:
+        raise InvalidJob("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+    return run_at
+
+
+class App:
+    """The entry point: ``App(dsn=None)`` uses the embedded PostgreSQL (or ``SKIPLOCK_DSN``).
+
+    Nothing connects until first use, so an App can be created at import time and configured later
+    (the CLI's ``--dsn`` does that through :meth:`configure`).
+    """
+
+    def __init__(self, dsn: str | None = None, *, schema: str = "skiplock", data_dir: str | Path | None = None,
+                 lease_timeout: float = 600.0, max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES):
+        self._dsn = dsn
+        self.schema = schema
+        self.data_dir = data_dir
+        self.lease_timeout = lease_timeout
+        self.max_args_bytes = max_args_bytes
+        self.tasks: dict[str, Task] = {}
+        self._backend: PostgresBackend | None = None
+        self._schema_checked = False
+        self.embedded_server: Any = None
+
+    # ---- configuration -----------------------------------------------------------------------
+
+    def configure(self, *, dsn: str | None = None, schema: str | None = None, data_dir: str | Path | None = None) -> "App":
+        """Override settings before first use (used by the CLI)."""
+        if self._backend is not None:
+            raise ConfigurationError("configure() must be called before the app first connects")
+        if dsn is not None:
+            self._dsn = dsn
+        if schema is not None:
+            self.schema = schema
+        if data_dir is not None:
+            self.data_dir = data_dir
+        return self
+
+    @property
+    def dsn(self) -> str:
+        """The DSN in use: the one given, else ``SKIPLOCK_DSN``, else the embedded server's."""
+        if self._dsn is None:
+            env = os.environ.get("SKIPLOCK_DSN")
+            if env:
+                self._dsn = env
+            else:
+                from .embedded import ensure_server
+
+                data_dir = self.data_dir or os.environ.get("SKIPLOCK_DATA_DIR") or None
+                self.embedded_server = ensure_server(data_dir)
+                self._dsn = self.embedded_server.dsn
+        return self._dsn
+
+    @property
+    def backend(self) -> PostgresBackend:
+        if self._backend is None:
+            if not isinstance(self.schema, str) or not self.schema or len(self.schema) > 63:
+                raise ConfigurationError(f"schema must be a non-empty name of at most 63 characters, got {self.schema!r}")
+            self._backend = PostgresBackend(self.dsn, self.schema, lease_timeout=self.lease_timeout)
+        return self._backend
+
+    def _ready(self) -> PostgresBackend:
+        backend = self.backend
+        if not self._schema_checked:
+            backend.check_schema()
+            self._schema_checked = True
+        return backend
+
+    def close(self) -> None:
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None
+            self._schema_checked = False
+
+    def __enter__(self) -> "App":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- tasks -------------------------------------------------------------------------------
+
+    def task(self, name: str | None = None, *, queue: str = "default", priority: int = 0, max_attempts: int = 5,
+             retry: RetryPolicy | float | None = None) -> Callable[[Callable[..., Any]], Task]:
+        """Register ``fn`` as a task. It is called as ``fn(job, **job.args)``."""
+        _check_queue(queue)
+        _check_int("priority", priority, *INT32)
+        _check_int("max_attempts", max_attempts, 1, INT32[1])
+        policy = as_policy(retry)
+
+        def register(fn: Callable[..., Any]) -> Task:
+            task_name = name or f"{fn.__module__}.{fn.__qualname__}"
+            if task_name in self.tasks and self.tasks[task_name].fn is not fn:
+                raise ConfigurationError(f"task {task_name!r} is already registered")
+            t = Task(task_name, fn, queue, priority, max_attempts, policy)
+            self.tasks[task_name] = t
+            return t
+
+        return register
+
+    def get_task(self, name: str) -> Task:
+        try:
+            return self.tasks[name]
+        except KeyError:
+            known = ", ".join(sorted(self.tasks)) or "none"
+            raise UnknownTask(f"unknown task {name!r} (registered: {known})") from None
+
+    # ---- schema ------------------------------------------------------------------------------
+
+    def migrate(self) -> list[int]:
+        """Install or upgrade the schema; returns the versions applied (empty if up to date)."""
+        applied = self.backend.migrate()
+        self._schema_checked = True
+        return applied
+
+    # ---- producing ---------------------------------------------------------------------------
+
+    def _new_job(self, task: str, args: Any, queue: str | None, priority: int | None, run_at: datetime | None,
+                 delay: float | timedelta | None, max_attempts: int | None) -> NewJob:
+        if not isinstance(task, str) or not task:
+            raise InvalidJob(f"task must be a non-empty string, got {task!r}")
+        registered = self.tasks.get(task)
+        if delay is not None:
+            if run_at is not None:
+                raise InvalidJob("give run_at or delay, not both")
+            seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+                raise InvalidJob(f"delay must be a non-negative number of seconds, got {delay!r}")
+            run_at = datetime.now(timezone.utc) + timedelta(seconds=seconds)
+        return NewJob(
+            task=task,
+            args_json=serialise_args(args, self.max_args_bytes),
+            queue=_check_queue(queue if queue is not None else (registered.queue if registered else "default")),
+            priority=_check_int("priority", priority if priority is not None else (registered.priority if registered else 0), *INT32),
+            max_attempts=_check_int("max_attempts", max_attempts if max_attempts is not None else (registered.max_attempts if registered else 5), 1, INT32[1]),
+            run_at=_check_run_at(run_at),
+        )
+
+    def enqueue(self, task: str, args: Mapping[str, Any] | None = None, *, queue: str | None = None,
+                priority: int | None = None, run_at: datetime | None = None, delay: float | timedelta | None = None,
+                max_attempts: int | None = None, conn: Any = None) -> int:
+        """Insert one job and return its id. With ``conn`` (a psycopg connection), the insert runs in
+        the caller's transaction: the job exists only if the caller commits. Invalid input raises
+        :class:`InvalidJob` before anything is sent, so the caller's transaction stays usable."""
+        job = self._new_job(task, args, queue, priority, run_at, delay, max_attempts)
+        return self._ready().enqueue([job], conn)[0]
+
+    def enqueue_many(self, jobs: Iterable[tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], Mapping[str, Any]]],
+                     *, conn: Any = None) -> list[int]:
+        """Insert many jobs in one statement (one round trip); ids in input order. Each item is
+        ``(task, args)`` or ``(task, args, options)`` with options as for :meth:`enqueue`."""
+        new: list[NewJob] = []
+        for i, item in enumerate(jobs):
+            if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
+                raise InvalidJob(f"item {i}: expected (task, args) or (task, args, options), got {item!r}")
+            options = dict(item[2]) if len(item) == 3 else {}
+            unknown = set(options) - {"queue", "priority", "run_at", "delay", "max_attempts"}
+            if unknown:
+                raise InvalidJob(f"item {i}: unknown options {sorted(unknown)}")
+            try:
+                new.append(self._new_job(item[0], item[1], options.get("queue"), options.get("priority"),
+                                         options.get("run_at"), options.get("delay"), options.get("max_attempts")))
+            except InvalidJob as exc:
+                raise InvalidJob(f"item {i}: {exc}") from None
+        if not new:
+            return []
+        return self._ready().enqueue(new, conn)
+
+    # ---- reading -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _job(row: Mapping[str, Any]) -> Job:
+        data = dict(row)
+        data["state"] = JobState(data["state"])
+        return Job(**data)
+
+    def get_job(self, job_id: int) -> Job:
+        row = self._ready().get_job(job_id)
+        if row is None:
+            raise JobNotFound(f"no job with id {job_id}")
+        return self._job(row)
+
+    def list_jobs(self, *, state: str | None = None, queue: str | None = None, task: str | None = None,
+                  limit: int = 50) -> list[Job]:
+        if state is not None:
+            try:
+                state = JobState(state).value
+            except ValueError:
+                raise InvalidJob(f"unknown state {state!r}; one of {', '.join(s.value for s in JobState)}") from None
+        return [self._job(r) for r in self._ready().list_jobs(state=state, queue=queue, task=task, limit=limit)]
+
+    def counts(self) -> list[tuple[str, str, int]]:
+        """(queue, state, count) for every queue and state that has jobs."""
+        return self._ready().counts()
+
+    # ---- working -----------------------------------------------------------------------------
+
+    def worker(self, queues: Sequence[str] | None = None, concurrency: int = 4, **options: Any) -> "Worker":
+        """A worker serving ``queues`` (all queues if None) with ``concurrency`` slots."""
+        from .worker import Worker
+
+        return Worker(self, queues=queues, concurrency=concurrency, **options)

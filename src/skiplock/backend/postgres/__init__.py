@@ -1,0 +1,5 @@
+"""The PostgreSQL backend."""
+
+from .backend import PostgresBackend
+
+__all__ = ["PostgresBackend"]

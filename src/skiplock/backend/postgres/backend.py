@@ -1,0 +1,233 @@
+"""PostgreSQL implementation of the backend seam (psycopg 3 + psycopg_pool).
+
+Two kinds of connection:
+- a small autocommit pool for short operations (enqueue, reads, attempt counting, migrations);
+- one dedicated connection per worker slot whose transaction is the job's lease. It carries session
+  bounds so a paused, hung or partitioned worker cannot hold a job forever: the server ends a lease
+  transaction idle (or, on PostgreSQL 17+, open) longer than ``lease_timeout``, probes the client
+  with TCP keepalives and ``client_connection_check_interval``, and drops it after
+  ``tcp_user_timeout`` of unacknowledged data. Any of these rolls the job back to the queue.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from typing import Any, Sequence
+
+import psycopg
+from psycopg import conninfo as pg_conninfo
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ...errors import DatabaseUnavailable, SchemaError
+from ..base import ClaimedJob, NewJob
+from .queries import load_migrations, load_queries
+
+CONNECT_TIMEOUT = 10
+# libpq-side TCP settings (ignored on Unix sockets).
+CLIENT_TCP = dict(keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3, tcp_user_timeout=30000)
+
+
+def describe_dsn(dsn: str) -> str:
+    """The DSN without its password, for messages."""
+    try:
+        parts = pg_conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparseable DSN>"
+    parts.pop("password", None)
+    return " ".join(f"{k}={v}" for k, v in parts.items()) or "<defaults>"
+
+
+def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
+    """psycopg.connect with a bounded wait and a clear error naming the server."""
+    try:
+        return psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT, **kwargs)
+    except psycopg.ProgrammingError as exc:
+        raise DatabaseUnavailable(f"invalid DSN {dsn!r}: {exc}") from None
+    except psycopg.OperationalError as exc:
+        msg = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise DatabaseUnavailable(f"cannot connect to PostgreSQL ({describe_dsn(dsn)}): {msg}") from None
+
+
+class PostgresBackend:
+    def __init__(self, dsn: str, schema: str = "skiplock", *, lease_timeout: float = 600.0, pool_size: int = 8):
+        self.dsn = dsn
+        self.schema = schema
+        self.lease_timeout = lease_timeout
+        self.q = load_queries(schema)
+        self._pool: ConnectionPool | None = None
+        self._pool_size = pool_size
+        self._lock = threading.Lock()
+
+    # ---- connections -------------------------------------------------------------------------
+
+    def pool(self) -> ConnectionPool:
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    connect(self.dsn).close()  # fail fast with a clear message if unreachable
+                    pool = ConnectionPool(
+                        self.dsn,
+                        min_size=1,
+                        max_size=self._pool_size,
+                        kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT, "application_name": "skiplock"},
+                        open=False,
+                        name="skiplock",
+                        reconnect_timeout=60,
+                    )
+                    pool.open(wait=True, timeout=CONNECT_TIMEOUT + 5)
+                    self._pool = pool
+        return self._pool
+
+    def _conn(self) -> Any:
+        """A pooled autocommit connection, with a clear error when the server is gone."""
+        try:
+            return self.pool().connection(timeout=CONNECT_TIMEOUT + 5)
+        except PoolTimeout:
+            raise DatabaseUnavailable(f"no connection to PostgreSQL ({describe_dsn(self.dsn)}) within {CONNECT_TIMEOUT + 5}s") from None
+
+    def connect_lease(self, application_name: str = "skiplock-worker") -> psycopg.Connection[Any]:
+        """A dedicated connection for one worker slot; its transactions are job leases."""
+        ms = int(self.lease_timeout * 1000)
+        options = (
+            f"-c idle_in_transaction_session_timeout={ms} -c tcp_keepalives_idle=10 "
+            "-c tcp_keepalives_interval=5 -c tcp_keepalives_count=3 -c tcp_user_timeout=30000 "
+            "-c client_connection_check_interval=5000"
+        )
+        user_options = pg_conninfo.conninfo_to_dict(self.dsn).get("options")
+        if user_options:
+            options = f"{user_options} {options}"
+        conn = connect(self.dsn, autocommit=False, application_name=application_name, options=options, **CLIENT_TCP)
+        if conn.info.server_version >= 170000:
+            conn.execute(self.q["set_transaction_timeout"], {"value": f"{ms}ms"})
+            conn.commit()
+        return conn
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    # ---- schema ------------------------------------------------------------------------------
+
+    def migrate(self) -> list[int]:
+        """Apply pending migrations in order, each recorded; safe to run concurrently."""
+        bootstrap, migrations = load_migrations(self.schema)
+        applied: list[int] = []
+        with self._conn() as conn, conn.transaction():
+            conn.execute(self.q["migrate_lock"], {"schema": self.schema})
+            conn.execute(bootstrap)
+            current = conn.execute(self.q["schema_version"]).fetchone()[0] or 0
+            latest = migrations[-1][0]
+            if current > latest:
+                raise SchemaError(self._newer_message(current, latest))
+            for version, body in migrations:
+                if version > current:
+                    conn.execute(body)
+                    conn.execute(self.q["record_version"], {"version": version})
+                    applied.append(version)
+        return applied
+
+    def _newer_message(self, current: int, latest: int) -> str:
+        return (
+            f"the skiplock schema {self.schema!r} in this database is at version {current}, newer than this "
+            f"skiplock knows (up to {latest}): upgrade skiplock"
+        )
+
+    def check_schema(self) -> None:
+        latest = load_migrations(self.schema)[1][-1][0]
+        with self._conn() as conn:
+            try:
+                current = conn.execute(self.q["schema_version"]).fetchone()[0]
+            except psycopg.errors.UndefinedTable:
+                current = None
+        if current is None:
+            raise SchemaError(
+                f"this database has no skiplock schema {self.schema!r} yet: run `skiplock migrate` (or app.migrate())"
+            )
+        if current > latest:
+            raise SchemaError(self._newer_message(current, latest))
+        if current < latest:
+            raise SchemaError(
+                f"the skiplock schema {self.schema!r} is at version {current}, this skiplock needs {latest}: "
+                "run `skiplock migrate`"
+            )
+
+    # ---- producing ---------------------------------------------------------------------------
+
+    def enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[int]:
+        """Insert jobs in one statement; on ``conn`` they exist only if the caller commits."""
+        if len(jobs) == 1:
+            j = jobs[0]
+            query = self.q["enqueue_one"]
+            params: dict[str, Any] = {
+                "queue": j.queue, "task": j.task, "args": j.args_json,
+                "priority": j.priority, "max_attempts": j.max_attempts, "run_at": j.run_at,
+            }
+        else:
+            query = self.q["enqueue_many"]
+            params = {
+                "queues": [j.queue for j in jobs], "tasks": [j.task for j in jobs],
+                "args": [j.args_json for j in jobs], "priorities": [j.priority for j in jobs],
+                "max_attempts": [j.max_attempts for j in jobs], "run_ats": [j.run_at for j in jobs],
+            }
+        if conn is not None:
+            return [r[0] for r in conn.execute(query, params).fetchall()]
+        with self._conn() as c:
+            return [r[0] for r in c.execute(query, params).fetchall()]
+
+    # ---- the lease ---------------------------------------------------------------------------
+
+    def claim(self, conn: psycopg.Connection[Any], queues: Sequence[str] | None) -> ClaimedJob | None:
+        if queues:
+            row = conn.execute(self.q["claim_one"], {"queues": list(queues)}).fetchone()
+        else:
+            row = conn.execute(self.q["claim_one_any_queue"]).fetchone()
+        return ClaimedJob(*row) if row else None
+
+    def start_attempt(self, job: ClaimedJob, worker: str) -> int:
+        with self._conn() as c:
+            return int(c.execute(self.q["start_attempt"], {"id": job.id, "attempts": job.attempts, "worker": worker}).fetchone()[0])
+
+    def savepoint(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(self.q["savepoint"])
+
+    def rollback_to_savepoint(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(self.q["rollback_to_savepoint"])
+
+    def complete(self, conn: psycopg.Connection[Any], job: ClaimedJob, attempt: int, result_json: str | None,
+                 started_at: datetime, worker: str) -> bool:
+        cur = conn.execute(self.q["complete"], {"id": job.id, "attempt": attempt, "result": result_json,
+                                                "started_at": started_at, "worker": worker})
+        return cur.rowcount == 1
+
+    def record_failure(self, conn: psycopg.Connection[Any] | None, job: ClaimedJob, attempt: int, *, state: str,
+                       delay: float | None, error: str, started_at: datetime, worker: str) -> bool:
+        params = {"id": job.id, "attempt": attempt, "state": state, "delay": delay, "error": error,
+                  "started_at": started_at, "worker": worker}
+        if conn is not None:
+            return conn.execute(self.q["record_failure"], params).rowcount == 1
+        with self._conn() as c:
+            return c.execute(self.q["record_failure"], params).rowcount == 1
+
+    def terminate(self, backend_pids: Sequence[int]) -> None:
+        if backend_pids:
+            with self._conn() as c:
+                c.execute(self.q["terminate_backends"], {"pids": list(backend_pids)})
+
+    # ---- reading -----------------------------------------------------------------------------
+
+    def get_job(self, job_id: int) -> dict[str, Any] | None:
+        with self._conn() as c:
+            return c.cursor(row_factory=dict_row).execute(self.q["get_job"], {"id": job_id}).fetchone()
+
+    def list_jobs(self, *, state: str | None = None, queue: str | None = None, task: str | None = None,
+                  limit: int = 50) -> list[dict[str, Any]]:
+        with self._conn() as c:
+            cur = c.cursor(row_factory=dict_row)
+            return cur.execute(self.q["list_jobs"], {"state": state, "queue": queue, "task": task, "limit": limit}).fetchall()
+
+    def counts(self) -> list[tuple[str, str, int]]:
+        with self._conn() as c:
+            return [tuple(r) for r in c.execute(self.q["counts"]).fetchall()]  # type: ignore[misc]

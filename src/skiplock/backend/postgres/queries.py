@@ -1,0 +1,55 @@
+"""Loads the named statements of queries.sql and the numbered migrations, with the schema bound."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from importlib import resources
+
+from psycopg import sql
+
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.M)
+
+
+def _bind_schema(text: str, schema: str) -> str:
+    # Identifier quoting needs no connection; the result is plain SQL with %(param)s placeholders.
+    return sql.SQL(text).format(schema=sql.Identifier(schema)).as_string(None)  # type: ignore[arg-type]
+
+
+def _read(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=None)
+def load_queries(schema: str) -> dict[str, str]:
+    """name -> SQL for every ``-- name:`` block in queries.sql, schema bound."""
+    text = _read("queries.sql")
+    parts = _NAME.split(text)
+    out: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2]):
+        # comments stay in the file for readers; the server gets the statement alone
+        code = "\n".join(line for line in body.splitlines() if not line.lstrip().startswith("--"))
+        out[name] = _bind_schema(code.strip(), schema)
+    return out
+
+
+@lru_cache(maxsize=None)
+def load_migrations(schema: str) -> tuple[str, list[tuple[int, str]]]:
+    """(bootstrap SQL, [(version, SQL), ...] in version order)."""
+    folder = resources.files(__package__).joinpath("migrations")
+    numbered: list[tuple[int, str]] = []
+    bootstrap = ""
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        version = int(entry.name.split("_", 1)[0])
+        body = _bind_schema(entry.read_text(encoding="utf-8"), schema)
+        if version == 0:
+            bootstrap = body
+        else:
+            numbered.append((version, body))
+    return bootstrap, numbered
+
+
+def latest_version(schema: str = "skiplock") -> int:
+    return load_migrations(schema)[1][-1][0]

@@ -1,0 +1,34 @@
+"""Exceptions skiplock raises; each says what went wrong and what to do about it."""
+
+from __future__ import annotations
+
+
+class SkiplockError(Exception):
+    """Base class of every error skiplock raises on purpose."""
+
+
+class ConfigurationError(SkiplockError):
+    """The DSN, data directory or another setting cannot be used."""
+
+
+class DatabaseUnavailable(SkiplockError):
+    """The database cannot be reached (wrong DSN, server down, network)."""
+
+
+class SchemaError(SkiplockError):
+    """The database has no skiplock schema, or one of a version this code does not know."""
+
+
+class InvalidJob(SkiplockError, ValueError):
+    """A job cannot be enqueued as given (arguments not JSON, too large, bad option). Nothing was written."""
+
+
+class UnknownTask(SkiplockError, KeyError):
+    """No task of that name is registered with the app."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else "unknown task"
+
+
+class JobNotFound(SkiplockError, LookupError):
+    """No job has that id."""

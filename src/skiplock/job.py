@@ -1,0 +1,76 @@
+"""Job, its states, and the outcome values a run produces (deciding is separate from writing)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import psycopg
+
+
+class JobState(str, enum.Enum):
+    """Where a job is in its life. ``queued`` jobs are claimable once ``run_at`` has passed."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class Job:
+    """A job as stored. While a handler runs, ``conn`` is the connection of the job's transaction:
+    whatever the handler writes through it commits together with the job's ``done`` update, or not
+    at all. ``attempt`` is the number of this run (1 for the first)."""
+
+    id: int
+    queue: str
+    task: str
+    args: dict[str, Any]
+    priority: int = 0
+    state: JobState = JobState.QUEUED
+    attempts: int = 0
+    max_attempts: int = 5
+    run_at: datetime | None = None
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    last_error: str | None = None
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    result: Any = None
+    worker: str | None = None
+    conn: "psycopg.Connection[Any] | None" = field(default=None, repr=False, compare=False)
+
+    @property
+    def attempt(self) -> int:
+        """The number of the current (or last) attempt."""
+        return self.attempts
+
+
+# ---- outcomes: what running a job decided; the backend writes them ----------------------------
+
+
+@dataclass(frozen=True)
+class Done:
+    result: Any = None
+
+
+@dataclass(frozen=True)
+class RetryLater:
+    delay: float
+    error: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: str
+
+
+Outcome = Done | RetryLater | Failed

@@ -1,0 +1,178 @@
+"""The worker: ``concurrency`` slots in one process, each a thread with its own lease connection.
+
+Several worker processes cooperate through SKIP LOCKED alone; there is no coordinator.
+Shutdown: the first SIGINT/SIGTERM (or :meth:`Worker.stop`) stops claiming and lets in-flight
+jobs finish; a second one (or ``stop(abort=True)``) terminates the in-flight jobs' database sessions,
+so their transactions roll back and the jobs return to the queue: nothing is lost.
+A lost database connection is logged and retried with capped exponential backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
+
+import psycopg
+
+from ..errors import DatabaseUnavailable
+from ..job import Done, Failed, RetryLater
+from .executor import Executor
+
+if TYPE_CHECKING:
+    from ..app import App
+
+log = logging.getLogger("skiplock.worker")
+
+
+@dataclass
+class WorkerStats:
+    done: int = 0
+    retried: int = 0
+    failed: int = 0
+    reconnects: int = 0
+    aborted: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def count(self, outcome: object) -> None:
+        with self._lock:
+            if isinstance(outcome, Done):
+                self.done += 1
+            elif isinstance(outcome, RetryLater):
+                self.retried += 1
+            elif isinstance(outcome, Failed):
+                self.failed += 1
+
+
+class Worker:
+    """Claims and runs jobs. Create it with :meth:`App.worker`."""
+
+    def __init__(self, app: "App", queues: Sequence[str] | None = None, concurrency: int = 4, *,
+                 poll_interval: float = 0.5, name: str | None = None, handle_signals: bool = True,
+                 max_reconnect_delay: float = 30.0):
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
+        if queues is not None:
+            if isinstance(queues, str):
+                queues = [queues]
+            queues = list(queues)
+            if not queues or not all(isinstance(q, str) and q for q in queues):
+                raise ValueError(f"queues must be a list of non-empty names, got {queues!r}")
+        self.app = app
+        self.queues = queues
+        self.concurrency = concurrency
+        self.poll_interval = poll_interval
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.handle_signals = handle_signals
+        self.max_reconnect_delay = max_reconnect_delay
+        self.stats = WorkerStats()
+        self.started = threading.Event()
+        self._stopping = threading.Event()
+        self._conns: dict[int, psycopg.Connection[Any]] = {}
+        self._busy: set[int] = set()
+        self._signals = 0
+
+    # ---- control -------------------------------------------------------------------------------
+
+    def stop(self, abort: bool = False) -> None:
+        """Stop claiming. With ``abort``, also end in-flight jobs: their transactions roll back."""
+        self._stopping.set()
+        if abort and not self.stats.aborted:
+            self.stats.aborted = True
+            pids = [c.info.backend_pid for i, c in list(self._conns.items()) if i in self._busy and not c.closed]
+            log.warning("aborting %d in-flight job(s); their transactions roll back and the jobs stay queued", len(pids))
+            try:
+                self.app.backend.terminate(pids)
+            except (DatabaseUnavailable, psycopg.Error) as exc:
+                log.warning("could not terminate in-flight sessions (%s); they end when this process exits", exc)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            log.warning("received %s: finishing in-flight jobs, claiming no more (signal again to abort them)",
+                        signal.Signals(signum).name)
+            self.stop()
+        else:
+            self.stop(abort=True)
+
+    # ---- running -------------------------------------------------------------------------------
+
+    def run(self, stop_when_empty: bool = False) -> WorkerStats:
+        """Run until stopped (or, with ``stop_when_empty``, until no job is available)."""
+        self.app._ready()  # clear error now if the database or schema is not usable
+        self._stop_when_empty = stop_when_empty
+        executor = Executor(self.app, self.name)
+        previous: dict[int, Any] = {}
+        if self.handle_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, self._on_signal)
+        threads = [threading.Thread(target=self._slot, args=(i, executor), name=f"skiplock-slot-{i}", daemon=True)
+                   for i in range(self.concurrency)]
+        try:
+            for t in threads:
+                t.start()
+            self.started.set()
+            aborted_at: float | None = None
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(timeout=0.1)
+                if self.stats.aborted:
+                    aborted_at = aborted_at or time.monotonic()
+                    if time.monotonic() - aborted_at > 2.0:
+                        log.warning("in-flight handlers did not return after abort; leaving them (their sessions are gone)")
+                        break
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return self.stats
+
+    def _slot(self, index: int, executor: Executor) -> None:
+        slot_name = f"{self.name}/{index}"
+        backend = self.app.backend
+        conn: psycopg.Connection[Any] | None = None
+        delay = 0.0
+        try:
+            while not self._stopping.is_set():
+                try:
+                    if conn is None:
+                        conn = backend.connect_lease(f"skiplock-worker {slot_name}")
+                        self._conns[index] = conn
+                        if delay:
+                            log.warning("slot %s: reconnected to the database", slot_name)
+                    claimed = backend.claim(conn, self.queues)
+                    if claimed is None:
+                        conn.rollback()
+                        if self._stop_when_empty:
+                            return
+                        self._stopping.wait(self.poll_interval)
+                        continue
+                    self._busy.add(index)
+                    try:
+                        self.stats.count(executor.run(conn, claimed, slot_name))
+                    finally:
+                        self._busy.discard(index)
+                    delay = 0.0
+                except Exception as exc:  # noqa: BLE001 - a slot never dies; it reconnects with backoff
+                    if self.stats.aborted:
+                        return
+                    delay = min(self.max_reconnect_delay, max(0.25, delay * 2))
+                    self.stats.reconnects += 1
+                    if isinstance(exc, (psycopg.OperationalError, DatabaseUnavailable)):
+                        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                        log.warning("slot %s: database connection lost (%s); reconnecting in %.2fs",
+                                    slot_name, reason, delay)
+                    else:
+                        log.exception("slot %s: unexpected error; reconnecting in %.2fs", slot_name, delay)
+                    if conn is not None:
+                        conn.close()
+                        conn = None
+                    self._stopping.wait(delay)
+        finally:
+            if conn is not None:
+                conn.close()
+            self._conns.pop(index, None)
