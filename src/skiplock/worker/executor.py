@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import traceback
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -76,11 +77,34 @@ class Executor:
         self.app = app
         self.backend = app.backend
         self.worker_name = worker_name
+        self._attempts_conn: psycopg.Connection[Any] | None = None
+        self._attempts_lock = threading.Lock()
+
+    def _start_attempt(self, claimed: ClaimedJob, slot: str) -> int:
+        """Count the attempt on the worker's shared bookkeeping connection (reconnecting once)."""
+        with self._attempts_lock:
+            for retry in (False, True):
+                if self._attempts_conn is None or self._attempts_conn.closed:
+                    self._attempts_conn = self.backend.connect_bookkeeping()
+                try:
+                    return self.backend.start_attempt(self._attempts_conn, claimed, slot)
+                except psycopg.OperationalError:
+                    self._attempts_conn.close()
+                    self._attempts_conn = None
+                    if retry:
+                        raise
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        with self._attempts_lock:
+            if self._attempts_conn is not None:
+                self._attempts_conn.close()
+                self._attempts_conn = None
 
     def run(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, slot: str) -> Outcome:
         backend = self.backend
         started_at = datetime.now(timezone.utc)
-        attempt = backend.start_attempt(claimed, slot)
+        attempt = self._start_attempt(claimed, slot)
         if attempt > claimed.max_attempts:
             error = (
                 f"gave up: {attempt - 1} attempt(s) started and none finished; the worker process died or lost its "

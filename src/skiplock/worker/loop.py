@@ -127,6 +127,7 @@ class Worker:
                         log.warning("in-flight handlers did not return after abort; leaving them (their sessions are gone)")
                         break
         finally:
+            executor.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return self.stats

@@ -104,6 +104,12 @@ class PostgresBackend:
             conn.commit()
         return conn
 
+    def connect_bookkeeping(self) -> psycopg.Connection[Any]:
+        """An autocommit connection for attempt counting. ``synchronous_commit=off``: a count lost in
+        a server crash costs at most one extra attempt, and it saves a WAL flush per job."""
+        return connect(self.dsn, autocommit=True, application_name="skiplock-attempts",
+                       options="-c synchronous_commit=off", **CLIENT_TCP)
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
@@ -186,9 +192,10 @@ class PostgresBackend:
             row = conn.execute(self.q["claim_one_any_queue"]).fetchone()
         return ClaimedJob(*row) if row else None
 
-    def start_attempt(self, job: ClaimedJob, worker: str) -> int:
-        with self._conn() as c:
-            return int(c.execute(self.q["start_attempt"], {"id": job.id, "attempts": job.attempts, "worker": worker}).fetchone()[0])
+    def start_attempt(self, conn: psycopg.Connection[Any], job: ClaimedJob, worker: str) -> int:
+        """Count the attempt durably, outside the job's transaction (``conn`` from connect_bookkeeping)."""
+        row = conn.execute(self.q["start_attempt"], {"id": job.id, "attempts": job.attempts, "worker": worker}).fetchone()
+        return int(row[0])
 
     def savepoint(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute(self.q["savepoint"])

@@ -1,0 +1,232 @@
+"""Replays the seed's two-session psql transcript (job-queue-on-skip-locked) against a real PostgreSQL and checks every step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.pq import TransactionStatus
+from rich.console import Console
+
+CLAIM_SQL = "SELECT id, task FROM jobs WHERE state = 'queued'\n   ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED;"
+LOCK_TIMEOUT = "2s"
+_MARKER = "skiplock scenario scratch schema"  # COMMENT ON SCHEMA: we only ever drop schemas carrying it
+
+
+@dataclass
+class StepFailure:
+    step: int
+    description: str
+    expected: str
+    got: str
+
+
+@dataclass
+class ScenarioResult:
+    ok: bool
+    failures: list[StepFailure]
+    steps: int
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Expected result of a SELECT: column names and rows, in order."""
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+
+
+@dataclass(frozen=True)
+class Step:
+    session: str           # "A" or "B"
+    sql: str               # printed and sent exactly as in the seed
+    expect: str | Rows     # command tag (cursor.statusmessage) or rows
+    description: str
+    note: str = ""         # seed annotation printed after the statement (not sent)
+    before: str = ""       # narration printed before the step
+
+
+JOB1 = Rows(("id", "task"), ((1, "send welcome email"),))
+JOB2 = Rows(("id", "task"), ((2, "generate invoice"),))
+
+
+def seed_steps(claim_sql: str = CLAIM_SQL) -> list[Step]:
+    """The seed transcript as data: who sends what, in which order, and what must come back."""
+    return [
+        Step("A", "BEGIN;", "BEGIN", "A begins"),
+        Step("A", claim_sql, JOB1, "A claims the first queued job (job 1)"),
+        Step("B", "BEGIN;", "BEGIN", "B begins"),
+        Step("B", claim_sql, JOB2, "B claims job 2 without waiting, skipping A's locked job 1",
+             note="-- job 1 is claimed \u2014 skipped without waiting" if claim_sql == CLAIM_SQL else ""),
+        Step("A", "UPDATE jobs SET state = 'done' WHERE id = 1;", "UPDATE 1", "A marks job 1 done",
+             before="A marks job 1 done and commits. B explicitly rolls back; no worker process is killed."),
+        Step("A", "COMMIT;", "COMMIT", "A commits"),
+        Step("B", "ROLLBACK;", "ROLLBACK", "B rolls back; job 2 stays queued"),
+        Step("B", "BEGIN;", "BEGIN", "B begins again",
+             before="B selects job 2 again after rollback. This checks row availability, "
+                    "not the number of external effects."),
+        Step("B", claim_sql, JOB2, "B claims job 2 again after its rollback"),
+        Step("B", "UPDATE jobs SET state = 'done' WHERE id = 2;", "UPDATE 1", "B marks job 2 done"),
+        Step("B", "COMMIT;", "COMMIT", "B commits"),
+        Step("A", "SELECT id, state FROM jobs ORDER BY id;", Rows(("id", "state"), ((1, "done"), (2, "done"))),
+             "both jobs are done"),
+    ]
+
+
+def psql_table(columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[str]:
+    """Render rows like psql's aligned format: centred header, numbers right-aligned, (n rows) footer."""
+    cells = [["" if v is None else str(v) for v in r] for r in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    numeric = [bool(rows) and all(isinstance(r[i], (int, float)) for r in rows) for i in range(len(columns))]
+    head = [" " * ((w - len(c)) // 2) + c for c, w in zip(columns, widths)]
+    lines = ["|".join(f" {h.ljust(w)} " for h, w in zip(head, widths)),
+             "+".join("-" * (w + 2) for w in widths)]
+    for r in cells:
+        lines.append("|".join(f" {v.rjust(w) if num else v.ljust(w)} " for v, w, num in zip(r, widths, numeric)))
+    lines.append(f"({len(rows)} row{'' if len(rows) == 1 else 's'})")
+    return lines
+
+
+def _show(expect: str | Rows) -> str:
+    if isinstance(expect, str):
+        return expect
+    body = "; ".join(repr(r) for r in expect.rows) or "no rows"
+    return f"columns ({', '.join(expect.columns)}): {body}"
+
+
+def _error_text(e: psycopg.Error) -> str:
+    msg = (e.diag.message_primary if e.diag else None) or str(e).strip()
+    waited = " (blocked by a row lock the other session holds)" if isinstance(e, psycopg.errors.LockNotAvailable) else ""
+    return f"error {type(e).__name__}: {msg}{waited}"
+
+
+def run_scenario(dsn: str, *, schema: str = "skiplock_scenario", out: Console | None = None,
+                 keep: bool = False, claim_sql: str | None = None) -> ScenarioResult:
+    """Replay the seed transcript on two connections (sessions A and B) and check every step.
+
+    Demonstrated: at READ COMMITTED, B's ``FOR UPDATE SKIP LOCKED`` claim skips the row A holds
+    (B has ``lock_timeout`` so a wait becomes an error, not a hang), the completion UPDATEs commit,
+    and an explicit ROLLBACK makes B's selected job available again.  Not demonstrated: no worker
+    process is killed, no task (email, invoice) is executed, nothing about duplicate-free external
+    effects or FIFO fairness.  Runs in a scratch schema (created, then dropped unless ``keep``);
+    ``claim_sql`` replaces the claim statement so tests can inject a deviation.
+    """
+    out = out or Console()
+
+    def say(line: str = "", style: str | None = None) -> None:
+        out.print(line, markup=False, highlight=False, emoji=False, soft_wrap=True, style=style)
+
+    steps = seed_steps(claim_sql or CLAIM_SQL)
+    failures: list[StepFailure] = []
+    conns: dict[str, psycopg.Connection[Any]] = {}
+    ident = sql.Identifier(schema)
+    done, owned = 0, False
+    try:
+        try:
+            for name in ("A", "B"):
+                conns[name] = psycopg.connect(dsn, autocommit=True)
+            _setup(conns["A"], ident, schema)
+            owned = True
+            for c in conns.values():
+                c.execute("SELECT set_config('search_path', %s, false), set_config('lock_timeout', %s, false)",
+                          (ident.as_string(c), LOCK_TIMEOUT))
+        except psycopg.Error as e:
+            failures.append(StepFailure(0, "setup: connect and create the scratch schema", "success", _error_text(e)))
+            return _verdict(say, failures, 0)
+        say(f"-- setup (not a seed step): schema {ident.as_string(conns['A'])}, table jobs with rows "
+            f"(1, 'send welcome email'), (2, 'generate invoice'), state 'queued';", style="dim")
+        say(f"-- search_path set on A and B; lock_timeout = {LOCK_TIMEOUT} on both, so a lock wait fails "
+            f"instead of hanging.", style="dim")
+        say()
+        say("Two workers select available queued rows in id order and mark database state done. "
+            "Task names are data; no email or invoice is executed.")
+        for number, step in enumerate(steps, start=1):
+            if step.before:
+                say()
+                say(step.before)
+            say()
+            _echo(say, step)
+            got, ok = _run_step(say, conns[step.session], step)
+            done = number
+            if not ok:
+                failures.append(StepFailure(number, step.description, _show(step.expect), got))
+                say(f"   ^ step {number} differs from the seed: expected {_show(step.expect)}, got {got}",
+                    style="bold red")
+        return _verdict(say, failures, done)
+    finally:
+        _cleanup(say, conns, ident, drop=owned and not keep)
+
+
+def _setup(c: psycopg.Connection[Any], ident: sql.Identifier, schema: str) -> None:
+    """Create (or reuse our own) scratch schema and a fresh jobs table; refuse any other existing schema."""
+    row = c.execute("SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = %s",
+                    (schema,)).fetchone()
+    if row is not None and row[0] != _MARKER:
+        raise psycopg.ProgrammingError(
+            f"schema {schema!r} already exists and is not a skiplock scenario scratch schema; choose another name")
+    with c.transaction():
+        c.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+        c.execute(sql.SQL("COMMENT ON SCHEMA {} IS {}").format(ident, sql.Literal(_MARKER)))
+        c.execute(sql.SQL("DROP TABLE IF EXISTS {}.jobs").format(ident))
+        c.execute(sql.SQL("CREATE TABLE {}.jobs (id bigint PRIMARY KEY, task text NOT NULL, "
+                          "state text NOT NULL DEFAULT 'queued')").format(ident))
+        c.execute(sql.SQL("INSERT INTO {}.jobs (id, task) VALUES (1, 'send welcome email'), "
+                          "(2, 'generate invoice')").format(ident))
+
+
+def _echo(say: Any, step: Step) -> None:
+    lines = step.sql.strip().splitlines() or [""]
+    printed = [f"{step.session}> {lines[0]}"] + [f"   {ln.strip()}" for ln in lines[1:]]
+    if step.note:
+        printed[-1] += f" {step.note}"
+    for ln in printed:
+        say(ln)
+
+
+def _run_step(say: Any, conn: psycopg.Connection[Any], step: Step) -> tuple[str, bool]:
+    """Send the statement; print its psql-like result; return (what came back, whether it matched)."""
+    try:
+        cur = conn.execute(step.sql)  # type: ignore[arg-type]  # seed text, no parameters
+    except psycopg.Error as e:
+        say(f"ERROR:  {(e.diag.message_primary if e.diag else None) or str(e).strip()}")
+        return _error_text(e), False
+    if cur.description is None:
+        tag = cur.statusmessage or ""
+        say(tag)
+        return tag, tag == step.expect
+    got = Rows(tuple(col.name for col in cur.description), tuple(cur.fetchall()))
+    for ln in psql_table(got.columns, list(got.rows)):
+        say(ln)
+    return _show(got), got == step.expect
+
+
+def _verdict(say: Any, failures: list[StepFailure], steps: int) -> ScenarioResult:
+    say()
+    if not failures:
+        say("scenario OK: every step matched the seed", style="bold green")
+        return ScenarioResult(True, [], steps)
+    f = failures[0]
+    more = f" (and {len(failures) - 1} more differing step(s))" if len(failures) > 1 else ""
+    say(f"scenario FAILED at step {f.step}: {f.description}: expected {f.expected}, got {f.got}{more}",
+        style="bold red")
+    return ScenarioResult(False, failures, steps)
+
+
+def _cleanup(say: Any, conns: dict[str, psycopg.Connection[Any]], ident: sql.Identifier, drop: bool) -> None:
+    """Roll back any open transaction on both sessions, drop the scratch schema if asked, close."""
+    for c in conns.values():
+        if not c.closed and c.info.transaction_status != TransactionStatus.IDLE:
+            try:
+                c.execute("ROLLBACK")
+            except psycopg.Error:
+                pass
+    a = conns.get("A")
+    try:
+        if drop and a is not None and not a.closed:
+            a.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(ident))
+    except psycopg.Error as e:
+        say(f"warning: could not drop scratch schema: {_error_text(e)}", style="yellow")
+    finally:
+        for c in conns.values():
+            c.close()
