@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_ARGS_BYTES = 1 << 20  # 1 MiB of JSON per job
 INT32 = (-(2**31), 2**31 - 1)
+# Matches the CHECK on jobs.run_at: every client can read these times back.
+RUN_AT_RANGE = (datetime(1900, 1, 1, tzinfo=timezone.utc), datetime(9000, 1, 1, tzinfo=timezone.utc))
+MAX_DELAY = 100 * 365 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -74,15 +77,19 @@ def serialise_args(args: Any, limit: int) -> str:
         if not isinstance(key, str):
             raise InvalidJob(f"args keys must be strings (they become keyword arguments), got {key!r}")
     try:
-        text = json.dumps(args, allow_nan=False, separators=(",", ":"))
+        text = json.dumps(args, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidJob(f"args contain text that is not valid Unicode (a lone surrogate?): {exc.reason}") from None
     except ValueError as exc:
         raise InvalidJob(f"args are not valid JSON: {exc} (NaN and Infinity are not JSON)") from None
     except (TypeError, RecursionError) as exc:
         raise InvalidJob(f"args are not JSON-serialisable: {exc}") from None
     if "\\u0000" in text and _has_nul(args):
         raise InvalidJob("args contain a NUL character (\\u0000), which PostgreSQL jsonb cannot store")
-    if len(text) > limit:
-        raise InvalidJob(f"args are {len(text):,} bytes as JSON; the limit is {limit:,} (App(max_args_bytes=...))")
+    size = len(text.encode("utf-8"))
+    if size > limit:
+        raise InvalidJob(f"args are {size:,} bytes as JSON; the limit is {limit:,} (App(max_args_bytes=...))")
     return text
 
 
@@ -93,7 +100,13 @@ def _check_run_at(run_at: Any) -> datetime | None:
         raise InvalidJob(f"run_at must be a datetime, got {type(run_at).__name__}")
     if run_at.tzinfo is None:
         raise InvalidJob("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
-    return run_at
+    try:
+        utc = run_at.astimezone(timezone.utc)
+    except (OverflowError, ValueError):
+        utc = None
+    if utc is None or not RUN_AT_RANGE[0] < utc < RUN_AT_RANGE[1]:
+        raise InvalidJob(f"run_at must be between {RUN_AT_RANGE[0]:%Y} and {RUN_AT_RANGE[1]:%Y} (UTC), got {run_at.isoformat()}")
+    return utc
 
 
 class App:
@@ -151,6 +164,10 @@ class App:
                 raise ConfigurationError(f"schema must be a non-empty name of at most 63 characters, got {self.schema!r}")
             self._backend = PostgresBackend(self.dsn, self.schema, lease_timeout=self.lease_timeout)
         return self._backend
+
+    def check(self) -> None:
+        """Connect and verify the schema now (clear errors early) instead of at first use."""
+        self._ready()
 
     def _ready(self) -> PostgresBackend:
         backend = self.backend
@@ -217,8 +234,9 @@ class App:
             if run_at is not None:
                 raise InvalidJob("give run_at or delay, not both")
             seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
-                raise InvalidJob(f"delay must be a non-negative number of seconds, got {delay!r}")
+            if (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds)
+                    or not 0 <= seconds <= MAX_DELAY):
+                raise InvalidJob(f"delay must be a number of seconds between 0 and {MAX_DELAY:,.0f} (100 years), got {delay!r}")
             run_at = datetime.now(timezone.utc) + timedelta(seconds=seconds)
         return NewJob(
             task=task,

@@ -127,6 +127,7 @@ def _parse_time(value: str | None) -> datetime | None:
 @cli.command()
 @click.argument("task")
 @click.option("--args", "args_json", default="{}", show_default=True, help="Keyword arguments as a JSON object.")
+@click.option("--args-file", type=click.File("r", encoding="utf-8"), help="Read the JSON args from a file ('-': stdin).")
 @click.option("--queue", help="Queue [the task's, else 'default'].")
 @click.option("--priority", type=int, help="Lower runs first [0].")
 @click.option("--run-at", help="Not before this ISO 8601 time (with offset).")
@@ -135,13 +136,17 @@ def _parse_time(value: str | None) -> datetime | None:
 @click.option("--app", "app_spec", envvar="SKIPLOCK_APP", help="module:app, to check TASK is registered.")
 @click.pass_obj
 @handle_errors
-def enqueue(obj: Context, task: str, args_json: str, queue: str | None, priority: int | None, run_at: str | None,
+def enqueue(obj: Context, task: str, args_json: str, args_file: Any, queue: str | None, priority: int | None, run_at: str | None,
             delay: float | None, max_attempts: int | None, app_spec: str | None) -> None:
     """Enqueue one job of TASK and print its id."""
+    if args_file is not None:
+        args_json = args_file.read()
     try:
         args = json.loads(args_json)
     except json.JSONDecodeError as exc:
         fail(f"--args is not valid JSON: {exc}")
+    except RecursionError:
+        fail("--args is nested too deeply")
     app = obj.app(app_spec)
     if app_spec:
         app.get_task(task)  # UnknownTask -> clear error
@@ -167,6 +172,7 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
     queue_list = [q for q in queues.split(",")] if queues else None
     if queue_list is not None and not all(queue_list):
         fail(f"--queues has an empty name: {queues!r}")
+    app.check()
     w = app.worker(queues=queue_list, concurrency=concurrency, poll_interval=poll_interval)
     logging.getLogger("skiplock.worker").info(
         "worker %s serving %s with %d slot(s); tasks: %s", w.name, ", ".join(queue_list) if queue_list else "all queues",

@@ -21,6 +21,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import fasteners
 import platformdirs
@@ -93,9 +94,12 @@ def _server_user() -> str | None:
 
 def _run_as_server_user(cmd: list[str], timeout: float = 60) -> str:
     user = _server_user()
+    # As root, drop the group too (user= alone keeps gid 0, and then "group" permission bits
+    # apply to root-owned directories instead of "other" ones).
+    drop: dict[str, Any] = {"user": user, "group": user, "extra_groups": []} if user else {}
     proc = subprocess.run(
         cmd,
-        user=user,
+        **drop,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -1,4 +1,4 @@
-"""Replays the seed's two-session psql transcript (job-queue-on-skip-locked) against a real PostgreSQL and checks every step."""
+"""Replays the seed's two-session psql transcript against a real PostgreSQL and checks every step."""
 
 from __future__ import annotations
 
@@ -97,7 +97,8 @@ def _show(expect: str | Rows) -> str:
 
 def _error_text(e: psycopg.Error) -> str:
     msg = (e.diag.message_primary if e.diag else None) or str(e).strip()
-    waited = " (blocked by a row lock the other session holds)" if isinstance(e, psycopg.errors.LockNotAvailable) else ""
+    blocked = isinstance(e, psycopg.errors.LockNotAvailable)
+    waited = " (blocked by a row lock the other session holds)" if blocked else ""
     return f"error {type(e).__name__}: {msg}{waited}"
 
 

@@ -25,6 +25,7 @@ class ClaimedJob:
     max_attempts: int
     run_at: datetime
     created_at: datetime
+    claimed_at: datetime
 
 
 @dataclass(frozen=True)

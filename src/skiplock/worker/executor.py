@@ -21,7 +21,7 @@ import logging
 import threading
 import traceback
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -103,7 +103,7 @@ class Executor:
 
     def run(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, slot: str) -> Outcome:
         backend = self.backend
-        started_at = datetime.now(timezone.utc)
+        started_at = claimed.claimed_at  # the database's clock, like finished_at
         attempt = self._start_attempt(claimed, slot)
         if attempt > claimed.max_attempts:
             error = (

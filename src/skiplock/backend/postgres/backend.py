@@ -39,15 +39,28 @@ def describe_dsn(dsn: str) -> str:
     return " ".join(f"{k}={v}" for k, v in parts.items()) or "<defaults>"
 
 
+def with_connect_timeout(dsn: str) -> dict[str, Any]:
+    """A bounded connect wait, unless the DSN sets its own."""
+    try:
+        given = pg_conninfo.conninfo_to_dict(dsn).get("connect_timeout")
+    except psycopg.ProgrammingError:
+        given = None
+    return {} if given else {"connect_timeout": CONNECT_TIMEOUT}
+
+
+def one_line(exc: BaseException) -> str:
+    text = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
+    return text or type(exc).__name__
+
+
 def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
     """psycopg.connect with a bounded wait and a clear error naming the server."""
     try:
-        return psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT, **kwargs)
+        return psycopg.connect(dsn, **with_connect_timeout(dsn), **kwargs)
     except psycopg.ProgrammingError as exc:
-        raise DatabaseUnavailable(f"invalid DSN {dsn!r}: {exc}") from None
+        raise DatabaseUnavailable(f"invalid DSN {dsn!r}: {one_line(exc)}") from None
     except psycopg.OperationalError as exc:
-        msg = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise DatabaseUnavailable(f"cannot connect to PostgreSQL ({describe_dsn(dsn)}): {msg}") from None
+        raise DatabaseUnavailable(f"cannot connect to PostgreSQL ({describe_dsn(dsn)}): {one_line(exc)}") from None
 
 
 class PostgresBackend:
@@ -71,7 +84,7 @@ class PostgresBackend:
                         self.dsn,
                         min_size=1,
                         max_size=self._pool_size,
-                        kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT, "application_name": "skiplock"},
+                        kwargs={"autocommit": True, "application_name": "skiplock", **with_connect_timeout(self.dsn)},
                         open=False,
                         name="skiplock",
                         reconnect_timeout=60,
@@ -186,8 +199,10 @@ class PostgresBackend:
     # ---- the lease ---------------------------------------------------------------------------
 
     def claim(self, conn: psycopg.Connection[Any], queues: Sequence[str] | None) -> ClaimedJob | None:
-        if queues:
-            row = conn.execute(self.q["claim_one"], {"queues": list(queues)}).fetchone()
+        if queues and len(queues) == 1:
+            row = conn.execute(self.q["claim_one"], {"queue": queues[0]}).fetchone()
+        elif queues:
+            row = conn.execute(self.q["claim_one_of_queues"], {"queues": list(queues)}).fetchone()
         else:
             row = conn.execute(self.q["claim_one_any_queue"]).fetchone()
         return ClaimedJob(*row) if row else None
@@ -214,9 +229,9 @@ class PostgresBackend:
         params = {"id": job.id, "attempt": attempt, "state": state, "delay": delay, "error": error,
                   "started_at": started_at, "worker": worker}
         if conn is not None:
-            return conn.execute(self.q["record_failure"], params).rowcount == 1
+            return bool(conn.execute(self.q["record_failure"], params).fetchone()[0])
         with self._conn() as c:
-            return c.execute(self.q["record_failure"], params).rowcount == 1
+            return bool(c.execute(self.q["record_failure"], params).fetchone()[0])
 
     def terminate(self, backend_pids: Sequence[int]) -> None:
         if backend_pids:

@@ -10,8 +10,18 @@ SELECT max(version) FROM {schema}.schema_version;
 -- (priority, id) order that no other transaction has locked. SKIP LOCKED skips row locks held by
 -- other workers without waiting; the lock lasts until this transaction ends, so COMMIT (done) or
 -- any rollback (exception, kill, lost connection) is the end of the lease. This order is per
--- claim, not a global FIFO: a locked earlier row is skipped. Served by jobs_claim_idx.
-SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at
+-- claim, not a global FIFO: a locked earlier row is skipped. One queue: jobs_claim_idx, in order.
+-- claimed_at is the transaction's start: the lease began there.
+SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, now() AS claimed_at
+  FROM {schema}.jobs
+ WHERE state = 'queued' AND queue = %(queue)s AND run_at <= now()
+ ORDER BY priority, id
+ LIMIT 1
+   FOR UPDATE SKIP LOCKED;
+
+-- name: claim_one_of_queues
+-- The same over several queues: walks jobs_claim_any_idx in (priority, id) order, filtering queue.
+SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, now() AS claimed_at
   FROM {schema}.jobs
  WHERE state = 'queued' AND queue = ANY(%(queues)s) AND run_at <= now()
  ORDER BY priority, id
@@ -19,7 +29,8 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
    FOR UPDATE SKIP LOCKED;
 
 -- name: claim_one_any_queue
-SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at
+-- Every queue: jobs_claim_any_idx, in order.
+SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, now() AS claimed_at
   FROM {schema}.jobs
  WHERE state = 'queued' AND run_at <= now()
  ORDER BY priority, id
@@ -41,33 +52,38 @@ RETURNING started;
 -- followed by a failure record can never turn a finished job back.
 WITH a AS (DELETE FROM {schema}.job_attempts WHERE job_id = %(id)s)
 UPDATE {schema}.jobs
-   SET state = 'done', attempts = %(attempt)s, finished_at = now(), started_at = %(started_at)s,
+   SET state = 'done', attempts = %(attempt)s, finished_at = clock_timestamp(), started_at = %(started_at)s,
        result = %(result)s::jsonb, worker = %(worker)s
  WHERE id = %(id)s AND state = 'queued';
 
 -- name: record_failure
--- Writes the outcome the retry policy decided (retry at run_at, or failed). Normally runs inside
+-- Writes the outcome the retry policy decided (retry after delay, or failed). Normally runs inside
 -- the job's own transaction after ROLLBACK TO SAVEPOINT (the handler's effects are gone, the row
 -- lock is still ours: SKIP LOCKED never skips our own lock). When the job's connection died it
 -- runs in a fresh transaction and never waits: if another worker has already claimed the job
--- again, the row is skipped (that worker's attempt is counted in job_attempts). Keeps the last
--- 20 errors.
+-- again, the row is skipped (that worker's attempt is counted in job_attempts). A job that ends
+-- failed takes its final attempt count and leaves job_attempts. Keeps the last 20 errors.
+-- Returns the number of rows written (0 or 1).
+WITH upd AS (
 UPDATE {schema}.jobs
    SET state = %(state)s::text,
        attempts = greatest(attempts, %(attempt)s),
        run_at = CASE WHEN %(delay)s::float8 IS NULL THEN run_at
-                     ELSE now() + %(delay)s::float8 * interval '1 second' END,
+                     ELSE clock_timestamp() + %(delay)s::float8 * interval '1 second' END,
        started_at = %(started_at)s,
-       finished_at = CASE WHEN %(state)s::text = 'queued' THEN NULL ELSE now() END,
+       finished_at = CASE WHEN %(state)s::text = 'queued' THEN NULL ELSE clock_timestamp() END,
        last_error = %(error)s,
        worker = %(worker)s,
        errors = (SELECT coalesce(jsonb_agg(e ORDER BY n), '[]'::jsonb)
                    FROM (SELECT e, n FROM jsonb_array_elements(errors || jsonb_build_array(
-                             jsonb_build_object('attempt', %(attempt)s::int, 'at', now(),
+                             jsonb_build_object('attempt', %(attempt)s::int, 'at', clock_timestamp(),
                                                 'error', %(error)s::text, 'worker', %(worker)s::text)))
                                    WITH ORDINALITY AS x(e, n)
                           ORDER BY n DESC LIMIT 20) last)
- WHERE id = (SELECT id FROM {schema}.jobs WHERE id = %(id)s AND state = 'queued' FOR UPDATE SKIP LOCKED);
+ WHERE id = (SELECT id FROM {schema}.jobs WHERE id = %(id)s AND state = 'queued' FOR UPDATE SKIP LOCKED)
+RETURNING id, state),
+gone AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM upd WHERE state <> 'queued'))
+SELECT count(*) FROM upd;
 
 -- name: enqueue_many
 -- One statement for any number of jobs: parallel arrays unnested in order; ids come back in

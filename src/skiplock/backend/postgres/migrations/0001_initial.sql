@@ -18,12 +18,17 @@ CREATE TABLE {schema}.jobs (
     errors        jsonb       NOT NULL DEFAULT '[]'::jsonb,
     result        jsonb,
     worker        text,
-    CHECK (state IN ('done', 'failed', 'cancelled') = (finished_at IS NOT NULL))
+    CHECK (state IN ('done', 'failed', 'cancelled') = (finished_at IS NOT NULL)),
+    -- every client can read these back (no BC dates, no year 10000): one unreadable row would
+    -- otherwise break the claim for every worker
+    CHECK (run_at > '1900-01-01 00:00:00+00' AND run_at < '9000-01-01 00:00:00+00')
 );
 
 -- The claim reads only queued rows, in the claim's order: finished rows never enter this index,
 -- so the hot path does not slow down as done jobs accumulate.
 CREATE INDEX jobs_claim_idx ON {schema}.jobs (queue, priority, id) WHERE state = 'queued';
+-- The same for workers that serve every queue.
+CREATE INDEX jobs_claim_any_idx ON {schema}.jobs (priority, id) WHERE state = 'queued';
 CREATE INDEX jobs_state_queue_idx ON {schema}.jobs (state, queue);
 
 -- Attempts started, written outside the job's own transaction (autocommit, no wait on the job's

@@ -1,0 +1,144 @@
+"""Helpers for the acceptance tests: run the real ``skiplock`` CLI and worker processes, and poll the
+database for conditions with a deadline (never a fixed sleep standing in for an assertion)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import psycopg
+
+HERE = Path(__file__).resolve().parent
+APP = "tasks_app:app"
+# Safety nets only: a hung process fails the test instead of hanging the suite.
+CLI_TIMEOUT = 60
+EXIT_TIMEOUT = 30
+
+
+def cli_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env["PYTHONUNBUFFERED"] = "1"
+    env["COLUMNS"] = "200"  # rich tables: no column truncation in captured output
+    return env
+
+
+def cli_argv(dsn: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "skiplock", "--quiet", "--dsn", dsn, *args]
+
+
+def run_cli(dsn: str, *args: str, timeout: float = CLI_TIMEOUT) -> subprocess.CompletedProcess[str]:
+    """Run one CLI command to completion (the timeout is only a safety net)."""
+    return subprocess.run(cli_argv(dsn, *args), cwd=HERE, env=cli_env(), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@dataclass
+class WorkerProc:
+    proc: subprocess.Popen[bytes]
+    stdout_path: Path
+    stderr_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def slot_pattern(self) -> str:
+        """LIKE pattern matching this process's slot names (``host:pid/slot``)."""
+        return f"%:{self.proc.pid}/%"
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def output(self) -> str:
+        return self.stdout_path.read_text(errors="replace") + self.stderr()
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float = EXIT_TIMEOUT) -> int:
+        """The exit code; fails the test (with the worker's log) if it does not exit in ``timeout``."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"worker {self.pid} did not exit within {timeout}s; its log:\n{self.output()[-4000:]}")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+class Spawner:
+    """Starts worker processes for one test and makes sure none outlives it."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.procs: list[WorkerProc] = []
+
+    def worker(self, dsn: str, *args: str, concurrency: int = 1, poll_interval: float = 0.05,
+               app: str = APP, stop_when_empty: bool = False) -> WorkerProc:
+        n = len(self.procs)
+        out, err = self.tmp / f"worker{n}.out", self.tmp / f"worker{n}.err"
+        argv = cli_argv(dsn, "worker", "--app", app, "--concurrency", str(concurrency),
+                        "--poll-interval", str(poll_interval), *args)
+        if stop_when_empty:
+            argv.append("--stop-when-empty")
+        with open(out, "wb") as fo, open(err, "wb") as fe:
+            proc = subprocess.Popen(argv, cwd=HERE, env=cli_env(), stdin=subprocess.DEVNULL, stdout=fo, stderr=fe)
+        wp = WorkerProc(proc, out, err)
+        self.procs.append(wp)
+        return wp
+
+    def cleanup(self) -> None:
+        for wp in self.procs:
+            if wp.alive():
+                wp.proc.send_signal(signal.SIGKILL)
+        for wp in self.procs:
+            try:
+                wp.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.02,
+             on_timeout: Callable[[], str] | None = None) -> Any:
+    """Poll ``condition`` until it returns something truthy (returned), or fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            extra = f"\n{on_timeout()}" if on_timeout else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for: {what}{extra}")
+        time.sleep(interval)
+
+
+def scalar(db: psycopg.Connection[Any], query: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Any:
+    row = db.execute(query, params).fetchone()
+    return None if row is None else row[0]
+
+
+def job_row(db: psycopg.Connection[Any], job_id: int) -> dict[str, Any]:
+    cur = db.cursor(row_factory=psycopg.rows.dict_row)
+    row = cur.execute("SELECT * FROM skiplock.jobs WHERE id = %s", [job_id]).fetchone()
+    assert row is not None, f"job {job_id} does not exist"
+    return row
+
+
+def in_flight(db: psycopg.Connection[Any], worker: WorkerProc) -> list[int]:
+    """Jobs whose attempt ``worker`` has started and not finished (its rows in job_attempts)."""
+    return [r[0] for r in db.execute("SELECT job_id FROM skiplock.job_attempts WHERE worker LIKE %s ORDER BY job_id",
+                                     [worker.slot_pattern]).fetchall()]
+
+
+def effects_of(db: psycopg.Connection[Any], job_id: int) -> list[tuple[int, int]]:
+    """(attempt, pid) of every committed effect of a job."""
+    return [tuple(r) for r in db.execute("SELECT attempt, pid FROM effects WHERE job_id = %s ORDER BY id",
+                                         [job_id]).fetchall()]

@@ -1,0 +1,234 @@
+"""The ``skiplock`` command line, run as a subprocess against a real PostgreSQL: the happy path, bad input
+(one clear line, exit 2, nothing written), unreachable servers and foreign schemas (exit 3), and
+hostile queue names handled as data."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import skiplock
+from acceptance_support import effects_of, job_row, run_cli, scalar
+from tasks_app import SMALL_ARGS_LIMIT
+
+UNREACHABLE = "host=127.0.0.1 port=1 dbname=x user=x connect_timeout=2"
+INFO_LOG = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (DEBUG|INFO) skiplock")
+
+
+def assert_clean_failure(result, code: int) -> str:
+    """Exit ``code``, no traceback, and exactly one error line on stderr (returned). A worker's INFO
+    log lines (its start-up banner) are not errors and are left out."""
+    out = result.stdout + result.stderr
+    assert result.returncode == code, f"exit {result.returncode}, wanted {code}\n{out}"
+    assert "Traceback" not in out, out
+    lines = [line for line in result.stderr.splitlines() if line.strip() and not INFO_LOG.match(line)]
+    assert len(lines) == 1, f"expected one error line, got:\n{result.stderr}"
+    assert lines[0].startswith("error: "), lines[0]
+    return lines[0]
+
+
+def table_row(text: str, first_cell: str) -> list[str]:
+    """The cells of the rich table row whose first cell is ``first_cell``."""
+    for line in text.splitlines():
+        cells = [c.strip() for c in re.split(r"[│┃|]", line)[1:-1]]
+        if cells and cells[0] == first_cell:
+            return cells
+    raise AssertionError(f"no table row starting with {first_cell!r} in:\n{text}")
+
+
+def table_row_cells(text: str) -> list[list[str]]:
+    """The cells of every rich table row (header included)."""
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in re.split(r"[│┃|]", line)[1:-1]]
+        if cells and cells[0]:
+            rows.append(cells)
+    return rows
+
+
+def jobs_count(db) -> int:
+    return scalar(db, "SELECT count(*) FROM skiplock.jobs")
+
+
+# ---- schema ---------------------------------------------------------------------------------------
+
+
+def test_status_before_migrate_then_migrate_twice(empty_dsn):
+    before = run_cli(empty_dsn, "status")
+    line = assert_clean_failure(before, 3)
+    assert "skiplock migrate" in line
+
+    first = run_cli(empty_dsn, "migrate")
+    assert first.returncode == 0, first.stderr
+    assert "applied migration" in first.stdout
+    second = run_cli(empty_dsn, "migrate")
+    assert second.returncode == 0, second.stderr
+    assert "up to date" in second.stdout
+
+    after = run_cli(empty_dsn, "status")
+    assert after.returncode == 0, after.stderr
+    assert "(no jobs)" in after.stdout
+
+
+def test_newer_schema_version_asks_to_upgrade_skiplock(dsn, db):
+    db.execute("INSERT INTO skiplock.schema_version (version) VALUES (999)")
+    for command in (["status"], ["migrate"], ["enqueue", "effect"]):
+        result = run_cli(dsn, *command)
+        line = assert_clean_failure(result, 3)
+        assert "999" in line and "upgrade skiplock" in line, (command, line)
+    assert jobs_count(db) == 0
+
+
+# ---- the happy path -------------------------------------------------------------------------------
+
+
+def test_enqueue_then_inspect(dsn, db):
+    enq = run_cli(dsn, "enqueue", "effect", "--args", '{"x": 1}')
+    assert enq.returncode == 0, enq.stderr
+    assert re.fullmatch(r"\d+", enq.stdout.strip()), enq.stdout
+    job_id = int(enq.stdout.strip())
+    row = job_row(db, job_id)
+    assert (row["task"], row["args"], row["queue"], row["state"]) == ("effect", {"x": 1}, "default", "queued")
+
+    detail = run_cli(dsn, "jobs", str(job_id))
+    assert detail.returncode == 0, detail.stderr
+    fields = {}
+    for line in detail.stdout.splitlines():
+        parts = line.split(None, 1)
+        if len(parts) == 2:
+            fields[parts[0]] = parts[1].strip()
+    assert fields["id"] == str(job_id)
+    assert fields["task"] == "effect"
+    assert fields["state"] == "queued"
+    assert json.loads(fields["args"]) == {"x": 1}
+
+    other = run_cli(dsn, "enqueue", "effect", "--queue", "other")
+    assert other.returncode == 0, other.stderr
+    other_id = int(other.stdout.strip())
+    db.execute("UPDATE skiplock.jobs SET state = 'failed', finished_at = now() WHERE id = %s", [other_id])
+
+    listed = run_cli(dsn, "jobs", "--state", "queued")
+    assert listed.returncode == 0, listed.stderr
+    row_cells = table_row(listed.stdout, str(job_id))
+    assert row_cells[1:4] == ["default", "effect", "queued"]
+    assert str(other_id) not in [cells[0] for cells in table_row_cells(listed.stdout)]
+
+    status = run_cli(dsn, "status")
+    assert status.returncode == 0, status.stderr
+    header = table_row(status.stdout, "queue")
+    assert header[1:] == ["queued", "running", "done", "failed", "cancelled"]
+    assert table_row(status.stdout, "default")[1:] == ["1", "0", "0", "0", "0"]
+    assert table_row(status.stdout, "other")[1:] == ["0", "0", "0", "1", "0"]
+
+
+# ---- bad input: one clear line, exit 2, nothing written -------------------------------------------
+
+
+BAD_INPUT = {
+    "not-json": (["enqueue", "effect", "--args", "not json"], "not valid JSON"),
+    "not-an-object": (["enqueue", "effect", "--args", "[1,2]"], "JSON object"),
+    "nan": (["enqueue", "effect", "--args", '{"x": NaN}'], "NaN"),
+    "nul": (["enqueue", "effect", "--args", '{"x": "\\u0000"}'], "NUL"),
+    "too-large": (["enqueue", "effect", "--app", "tasks_app:small_app", "--args",
+                   json.dumps({"blob": "x" * (SMALL_ARGS_LIMIT + 1000)})], "limit"),
+    "run-at-yesterday": (["enqueue", "effect", "--run-at", "yesterday"], "--run-at"),
+    "unknown-task": (["enqueue", "no_such_task", "--app", "tasks_app:app"], "unknown task 'no_such_task'"),
+    "worker-no-such-module": (["worker", "--app", "nosuchmodule:app", "--stop-when-empty"], "nosuchmodule"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT))
+def test_bad_input_is_one_clear_line_and_writes_nothing(dsn, db, case):
+    argv, needle = BAD_INPUT[case]
+    result = run_cli(dsn, *argv)
+    line = assert_clean_failure(result, 2)
+    assert needle in line, line
+    assert jobs_count(db) == 0
+    assert scalar(db, "SELECT count(*) FROM skiplock.job_attempts") == 0
+
+
+# Bad input that once escaped the checks (the reasons say how): each is one clear line, exit 2, nothing
+# written, and whatever is stored stays listable.
+BAD_INPUT_BUGS = {
+    "lone-surrogate": (["enqueue", "effect", "--args", '{"x": "\\ud800"}'],
+                       "was: app.serialise_args lets a lone UTF-16 surrogate through; PostgreSQL's jsonb rejects "
+                       "it and the CLI dies with a psycopg InvalidTextRepresentation traceback (exit 1)"),
+    "deeply-nested-args": (["enqueue", "effect", "--args", '{"x": ' + "[" * 5000 + "]" * 5000 + "}"],
+                           "was: cli.enqueue catches only JSONDecodeError around json.loads; deep nesting raises "
+                           "RecursionError and the CLI dies with a traceback (exit 1)"),
+    "huge-delay": (["enqueue", "effect", "--delay", "1e300"],
+                   "was: app._new_job checks delay is finite but not that now()+delay is representable; "
+                   "timedelta(seconds=1e300) raises OverflowError, a traceback (exit 1)"),
+    "run-at-before-year-1-utc": (["enqueue", "effect", "--run-at", "0001-01-01T00:00:00+14:00"],
+                                 "was: app._check_run_at accepts a time that is BC in UTC; PostgreSQL stores it, "
+                                 "psycopg cannot load it back, and every worker's claim then fails on that row "
+                                 "forever (the whole queue is wedged; --stop-when-empty never exits)"),
+    "run-at-after-year-9999-utc": (["enqueue", "effect", "--run-at", "9999-12-31T23:59:59-14:00"],
+                                   "was: app._check_run_at accepts a time past year 9999 in UTC; it is stored, and "
+                                   "`skiplock jobs` then dies with a psycopg DataError traceback"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT_BUGS))
+def test_bad_input_escaping_the_checks(dsn, db, case):
+    argv, _ = BAD_INPUT_BUGS[case]
+    result = run_cli(dsn, *argv)
+    try:
+        assert_clean_failure(result, 2)
+        assert jobs_count(db) == 0
+    finally:
+        listing = run_cli(dsn, "jobs")  # whatever was stored must still be listable
+        assert listing.returncode == 0 and "Traceback" not in listing.stderr, listing.stderr
+
+
+def test_two_megabyte_args_are_refused_before_anything_is_written(dsn, db):
+    # A 2 MB argument cannot reach the CLI at all (one argv string is capped at 128 KiB by the kernel),
+    # so the default 1 MiB limit is checked through the API on the same real database.
+    app = skiplock.App(dsn)
+    try:
+        with pytest.raises(skiplock.InvalidJob, match="limit is 1,048,576"):
+            app.enqueue("effect", {"blob": "x" * (2 << 20)})
+    finally:
+        app.close()
+    assert jobs_count(db) == 0
+
+
+# ---- unreachable server ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["status"], ["enqueue", "effect"], ["worker", "--app", "tasks_app:app"]],
+                         ids=["status", "enqueue", "worker"])
+def test_unreachable_database_exits_3_with_a_clear_message(command):
+    result = run_cli(UNREACHABLE, *command)  # the subprocess timeout is only a safety net
+    line = assert_clean_failure(result, 3)
+    assert "cannot connect" in line and "127.0.0.1" in line, line
+
+
+# ---- hostile names are data -----------------------------------------------------------------------
+
+
+def test_hostile_queue_name_is_stored_and_claimed_as_data(dsn, effects):
+    db = effects
+    hostile = "q'; DROP TABLE skiplock.jobs; --\""
+    enq = run_cli(dsn, "enqueue", "effect", "--queue", hostile)
+    assert enq.returncode == 0, enq.stderr
+    job_id = int(enq.stdout.strip())
+    bystander = int(run_cli(dsn, "enqueue", "effect").stdout.strip())  # queue 'default': not served below
+    assert job_row(db, job_id)["queue"] == hostile
+
+    work = run_cli(dsn, "worker", "--app", "tasks_app:app", "--queues", hostile, "--concurrency", "1",
+                   "--poll-interval", "0.05", "--stop-when-empty")
+    assert work.returncode == 0, work.stderr
+    assert "Traceback" not in work.stderr, work.stderr
+
+    assert scalar(db, "SELECT to_regclass('skiplock.jobs') IS NOT NULL")
+    job = job_row(db, job_id)
+    assert (job["state"], job["queue"]) == ("done", hostile)
+    assert len(effects_of(db, job_id)) == 1
+    assert job_row(db, bystander)["state"] == "queued"
+
+    listed = run_cli(dsn, "jobs", "--queue", hostile)
+    assert listed.returncode == 0, listed.stderr
+    assert [r[0] for r in table_row_cells(listed.stdout) if r[0].isdigit()] == [str(job_id)]

@@ -1,0 +1,82 @@
+"""A CLI worker and signals: the first SIGTERM/SIGINT drains (the in-flight job finishes, nothing new is
+claimed, exit 0); a second one aborts (the in-flight transaction rolls back, the job stays queued,
+exit 1), and the job is later done exactly once by another worker."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from acceptance_support import effects_of, in_flight, job_row, scalar, wait_for
+
+
+def test_sigterm_finishes_the_in_flight_job_and_claims_nothing_more(dsn, effects, producer, spawn):
+    db = effects
+    slow_id, behind_id = producer.enqueue_many([("slow", {"seconds": 2}), ("effect", {})])
+    w = spawn.worker(dsn, concurrency=1)
+
+    wait_for(lambda: in_flight(db, w) == [slow_id], 30, f"worker to start job {slow_id}", on_timeout=w.output)
+    w.signal(signal.SIGTERM)
+    # Read after the signal was sent: the job (and its effect) had not committed yet, so it was in flight.
+    assert job_row(db, slow_id)["state"] == "queued" and effects_of(db, slow_id) == []
+    rc = w.wait()
+
+    log = w.output()
+    assert rc == 0, log
+    assert "received SIGTERM" in log
+    assert "Traceback" not in log, log
+    slow = job_row(db, slow_id)
+    assert slow["state"] == "done", slow
+    assert slow["attempts"] == 1
+    assert effects_of(db, slow_id) == [(1, w.pid)]
+    # The job queued behind it was never started: not claimed, no attempt counted, no effect.
+    behind = job_row(db, behind_id)
+    assert behind["state"] == "queued", behind
+    assert behind["attempts"] == 0 and behind["started_at"] is None
+    assert scalar(db, "SELECT count(*) FROM skiplock.job_attempts WHERE job_id = %s", [behind_id]) == 0
+    assert effects_of(db, behind_id) == []
+
+
+@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM], ids=["then-SIGINT", "then-SIGTERM"])
+def test_second_signal_aborts_and_the_job_is_redone_exactly_once(dsn, effects, producer, spawn, second):
+    db = effects
+    # Sleeps far longer than the test may wait, but only on its first attempt.
+    job_id = producer.enqueue("slow", {"seconds": 120, "first_attempt_only": True})
+    w = spawn.worker(dsn, concurrency=1)
+
+    wait_for(lambda: in_flight(db, w) == [job_id], 30, f"worker to start job {job_id}", on_timeout=w.output)
+    w.signal(signal.SIGTERM)
+    wait_for(lambda: "received SIGTERM" in w.stderr(), 30, "the worker to log the first signal",
+             on_timeout=w.output)
+    assert w.alive(), "the first signal must not end the worker while its job runs"
+    w.signal(second)
+    # Prompt: the worker does not wait for the 120 s handler (the timeout is the failure, not a speed bar).
+    rc = w.wait(timeout=30)
+
+    log = w.output()
+    assert rc == 1, f"an aborted worker exits 1, got {rc}\n{log}"
+    assert "aborting 1 in-flight job" in log, log
+    assert "Traceback" not in log, log
+    job = job_row(db, job_id)
+    assert job["state"] == "queued", job  # rolled back: back in the queue, not done
+    assert job["finished_at"] is None
+    assert effects_of(db, job_id) == []  # the handler's write rolled back with the lease
+    assert scalar(db, "SELECT started FROM skiplock.job_attempts WHERE job_id = %s", [job_id]) == 1
+
+    again = spawn.worker(dsn, concurrency=1, stop_when_empty=True)
+    assert again.wait(timeout=60) == 0, again.output()
+    job = job_row(db, job_id)
+    assert job["state"] == "done", job
+    assert job["attempts"] == 2
+    assert effects_of(db, job_id) == [(2, again.pid)]  # exactly once, by the fresh worker
+
+
+def test_finished_at_is_when_the_job_finished(dsn, effects, producer, spawn):
+    db = effects
+    job_id = producer.enqueue("slow", {"seconds": 0.5})
+    w = spawn.worker(dsn, concurrency=1, stop_when_empty=True)
+    assert w.wait() == 0, w.output()
+    job = job_row(db, job_id)
+    assert job["state"] == "done"
+    assert job["finished_at"] >= job["started_at"], job

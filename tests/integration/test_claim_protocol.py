@@ -1,0 +1,111 @@
+"""The seed's claim protocol through the backend: SKIP LOCKED, rollback as release, guarded writes."""
+
+from datetime import datetime, timezone
+
+import psycopg
+import pytest
+
+from skiplock.backend.base import ClaimedJob
+
+
+def _claim(app, conn) -> ClaimedJob | None:
+    return app.backend.claim(conn, ["default"])
+
+
+def test_two_lease_transactions_claim_different_rows_without_waiting(app, dsn):
+    first, second = app.enqueue_many([("a", {}), ("b", {})])
+    with psycopg.connect(dsn) as a, psycopg.connect(dsn) as b, psycopg.connect(dsn) as c:
+        for conn in (b, c):
+            conn.execute("SET lock_timeout = '1s'")  # would raise instead of hanging on a lock
+            conn.commit()
+        assert _claim(app, a).id == first
+        assert _claim(app, b).id == second
+        assert _claim(app, c) is None  # both locked by others: nothing available, and no waiting
+
+
+def test_rollback_makes_the_job_available_again(app, dsn):
+    job_id = app.enqueue("a", {})
+    with psycopg.connect(dsn) as a, psycopg.connect(dsn) as b:
+        assert _claim(app, a).id == job_id
+        assert _claim(app, b) is None
+        b.rollback()
+        a.rollback()
+        assert _claim(app, b).id == job_id
+
+
+def test_claim_order_is_priority_then_id_and_skips_future_run_at(app, dsn):
+    later = app.enqueue("a", {}, delay=3600)
+    low = app.enqueue("a", {}, priority=5)
+    high = app.enqueue("a", {}, priority=-1)
+    order = []
+    with psycopg.connect(dsn) as a:
+        while (job := _claim(app, a)) is not None:  # done at once, so the next claim moves on
+            app.backend.complete(a, job, 1, None, job.claimed_at, "w")
+            a.commit()
+            order.append(job.id)
+    assert order == [high, low]
+    assert later not in order
+
+
+@pytest.mark.parametrize("query, arg, index", [
+    ("claim_one", "('default')", "jobs_claim_idx"),
+    ("claim_one_of_queues", "(ARRAY['default', 'x'])", "jobs_claim_any_idx"),
+    ("claim_one_any_queue", "", "jobs_claim_any_idx"),
+])
+def test_claim_is_an_index_scan_that_never_reads_finished_rows(app, db, query, arg, index):
+    """A large history of finished jobs and a backlog: the claim walks the partial index in order."""
+    db.execute("INSERT INTO skiplock.jobs (queue, task, state, finished_at, priority) "
+               "SELECT 'default', 't', 'done', now(), g % 10 FROM generate_series(1, 20000) g")
+    db.execute("INSERT INTO skiplock.jobs (queue, task, priority) "
+               "SELECT CASE WHEN g % 2 = 0 THEN 'default' ELSE 'other' END, 't', g % 10 FROM generate_series(1, 5000) g")
+    db.execute("ANALYZE skiplock.jobs")
+    with db.cursor() as cur:
+        sql = app.backend.q[query].replace("%(queues)s", "$1::text[]").replace("%(queue)s", "$1::text")
+        cur.execute("PREPARE claim AS " + sql)
+        cur.execute("SET plan_cache_mode = force_generic_plan")  # what a prepared claim runs with
+        plan = "\n".join(r[0] for r in cur.execute("EXPLAIN EXECUTE claim" + arg).fetchall())
+    assert f"Index Scan using {index}" in plan, plan
+    assert "Seq Scan" not in plan and "Sort" not in plan, plan
+
+
+def test_finished_job_cannot_be_resurrected_by_a_late_failure_record(app, dsn):
+    """A lost COMMIT reply followed by a failure record must not turn a done job back."""
+    job_id = app.enqueue("a", {})
+    with psycopg.connect(dsn) as conn:
+        claimed = _claim(app, conn)
+        assert app.backend.complete(conn, claimed, 1, None, datetime.now(timezone.utc), "w")
+        conn.commit()
+    wrote = app.backend.record_failure(None, claimed, 1, state="queued", delay=0, error="late",
+                                       started_at=datetime.now(timezone.utc), worker="w")
+    assert wrote is False
+    job = app.get_job(job_id)
+    assert job.state == "done" and job.last_error is None
+
+
+def test_failure_record_never_waits_on_another_workers_lock(app, dsn):
+    job_id = app.enqueue("a", {})
+    with psycopg.connect(dsn) as holder:
+        claimed = _claim(app, holder)
+        # another worker holds the row: the fresh-transaction failure record skips instead of waiting
+        wrote = app.backend.record_failure(None, claimed, 1, state="queued", delay=0, error="x",
+                                           started_at=datetime.now(timezone.utc), worker="w")
+        assert wrote is False
+        holder.rollback()
+    assert app.get_job(job_id).state == "queued"
+
+
+def test_lease_connections_carry_session_bounds(app):
+    app.lease_timeout = 42
+    backend = type(app.backend)(app.dsn, lease_timeout=42)
+    conn = backend.connect_lease()
+    try:
+        assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0] == "42s"
+        assert conn.execute("SHOW client_connection_check_interval").fetchone()[0] == "5s"
+        if not (conn.info.host or "/").startswith("/"):  # TCP settings read 0 on a Unix socket
+            assert conn.execute("SHOW tcp_user_timeout").fetchone()[0] == "30s"
+        if conn.info.server_version >= 170000:
+            assert conn.execute("SHOW transaction_timeout").fetchone()[0] == "42s"
+        assert conn.execute("SHOW transaction_isolation").fetchone()[0] == "read committed"
+    finally:
+        conn.close()
+        backend.close()
