@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .worker import Worker
 
 DEFAULT_MAX_ARGS_BYTES = 1 << 20  # 1 MiB of JSON per job
+DEFAULT_MAX_RESULT_BYTES = 1 << 20
 INT32 = (-(2**31), 2**31 - 1)
 # Matches the CHECK on jobs.run_at: every client can read these times back.
 RUN_AT_RANGE = (datetime(1900, 1, 1, tzinfo=timezone.utc), datetime(9000, 1, 1, tzinfo=timezone.utc))
@@ -37,6 +38,7 @@ class Task:
     priority: int = 0
     max_attempts: int = 5
     retry: RetryPolicy = as_policy(None)
+    timeout: float | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -117,12 +119,14 @@ class App:
     """
 
     def __init__(self, dsn: str | None = None, *, schema: str = "skiplock", data_dir: str | Path | None = None,
-                 lease_timeout: float = 600.0, max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES):
+                 lease_timeout: float = 600.0, max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
+                 max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES):
         self._dsn = dsn
         self.schema = schema
         self.data_dir = data_dir
         self.lease_timeout = lease_timeout
         self.max_args_bytes = max_args_bytes
+        self.max_result_bytes = max_result_bytes
         self.tasks: dict[str, Task] = {}
         self._backend: PostgresBackend | None = None
         self._schema_checked = False
@@ -191,18 +195,26 @@ class App:
     # ---- tasks -------------------------------------------------------------------------------
 
     def task(self, name: str | None = None, *, queue: str = "default", priority: int = 0, max_attempts: int = 5,
-             retry: RetryPolicy | float | None = None) -> Callable[[Callable[..., Any]], Task]:
-        """Register ``fn`` as a task. It is called as ``fn(job, **job.args)``."""
+             retry: RetryPolicy | float | None = None, timeout: float | None = None
+             ) -> Callable[[Callable[..., Any]], Task]:
+        """Register ``fn`` as a task. It is called as ``fn(job, **job.args)`` (``async def`` works too).
+
+        ``timeout`` (seconds): past it, the job's transaction is ended by PostgreSQL and the worker
+        stops waiting for the handler; the attempt fails with a timeout error and is retried or failed
+        by the policy."""
         _check_queue(queue)
         _check_int("priority", priority, *INT32)
         _check_int("max_attempts", max_attempts, 1, INT32[1])
         policy = as_policy(retry)
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not math.isfinite(timeout) or timeout <= 0):
+            raise ConfigurationError(f"timeout must be a positive number of seconds, got {timeout!r}")
 
         def register(fn: Callable[..., Any]) -> Task:
             task_name = name or f"{fn.__module__}.{fn.__qualname__}"
             if task_name in self.tasks and self.tasks[task_name].fn is not fn:
                 raise ConfigurationError(f"task {task_name!r} is already registered")
-            t = Task(task_name, fn, queue, priority, max_attempts, policy)
+            t = Task(task_name, fn, queue, priority, max_attempts, policy, None if timeout is None else float(timeout))
             self.tasks[task_name] = t
             return t
 

@@ -46,12 +46,46 @@ class Job:
     errors: list[dict[str, Any]] = field(default_factory=list)
     result: Any = None
     worker: str | None = None
+    unique_key: str | None = None
     conn: "psycopg.Connection[Any] | None" = field(default=None, repr=False, compare=False)
 
     @property
     def attempt(self) -> int:
         """The number of the current (or last) attempt."""
         return self.attempts
+
+
+# ---- what a handler can ask for ---------------------------------------------------------------
+
+
+class Retry(Exception):
+    """Raise from a handler to retry: after ``in_`` seconds, or the task's backoff if None. Counts as
+    an attempt (the job still ends ``failed`` after ``max_attempts``)."""
+
+    def __init__(self, in_: float | None = None, reason: str = "retry requested by the handler"):
+        if in_ is not None and (isinstance(in_, bool) or not isinstance(in_, (int, float)) or in_ < 0):
+            raise ValueError(f"Retry(in_=...) must be a non-negative number of seconds, got {in_!r}")
+        super().__init__(reason)
+        self.in_ = in_
+
+
+class Snooze(Exception):
+    """Raise or return from a handler to run the job again after ``seconds`` without counting an
+    attempt. Its database writes are rolled back like any unfinished run."""
+
+    def __init__(self, seconds: float):
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+            raise ValueError(f"Snooze(seconds) must be a non-negative number, got {seconds!r}")
+        super().__init__(f"snoozed for {seconds}s")
+        self.seconds = float(seconds)
+
+
+class Cancel(Exception):
+    """Raise from a handler to end the job ``cancelled`` (its database writes are rolled back)."""
+
+    def __init__(self, reason: str = "cancelled by the handler"):
+        super().__init__(reason)
+        self.reason = reason
 
 
 # ---- outcomes: what running a job decided; the backend writes them ----------------------------
@@ -73,4 +107,14 @@ class Failed:
     error: str
 
 
-Outcome = Done | RetryLater | Failed
+@dataclass(frozen=True)
+class Snoozed:
+    delay: float
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    reason: str
+
+
+Outcome = Done | RetryLater | Failed | Snoozed | Cancelled

@@ -65,7 +65,7 @@ def test_claim_is_an_index_scan_that_never_reads_finished_rows(app, db, query, a
         cur.execute("SET plan_cache_mode = force_generic_plan")  # what a prepared claim runs with
         plan = "\n".join(r[0] for r in cur.execute("EXPLAIN EXECUTE claim" + arg).fetchall())
     assert f"Index Scan using {index}" in plan, plan
-    assert "Seq Scan" not in plan and "Sort" not in plan, plan
+    assert "Seq Scan on jobs" not in plan and "Sort" not in plan, plan
 
 
 def test_finished_job_cannot_be_resurrected_by_a_late_failure_record(app, dsn):
@@ -75,9 +75,9 @@ def test_finished_job_cannot_be_resurrected_by_a_late_failure_record(app, dsn):
         claimed = _claim(app, conn)
         assert app.backend.complete(conn, claimed, 1, None, datetime.now(timezone.utc), "w")
         conn.commit()
-    wrote = app.backend.record_failure(None, claimed, 1, state="queued", delay=0, error="late",
+    wrote = app.backend.record_outcome(None, claimed, 1, state="queued", delay=0, error="late",
                                        started_at=datetime.now(timezone.utc), worker="w")
-    assert wrote is False
+    assert wrote is None
     job = app.get_job(job_id)
     assert job.state == "done" and job.last_error is None
 
@@ -87,9 +87,9 @@ def test_failure_record_never_waits_on_another_workers_lock(app, dsn):
     with psycopg.connect(dsn) as holder:
         claimed = _claim(app, holder)
         # another worker holds the row: the fresh-transaction failure record skips instead of waiting
-        wrote = app.backend.record_failure(None, claimed, 1, state="queued", delay=0, error="x",
+        wrote = app.backend.record_outcome(None, claimed, 1, state="queued", delay=0, error="x",
                                            started_at=datetime.now(timezone.utc), worker="w")
-        assert wrote is False
+        assert wrote is None
         holder.rollback()
     assert app.get_job(job_id).state == "queued"
 

@@ -4,23 +4,27 @@ Guarantees (transaction lease):
 - The handler runs on the lease connection, after a SAVEPOINT. If it returns, the ``done`` update
   is written in the same transaction and committed: its database writes and the completion commit
   together, or neither does.
-- If it raises, we roll back to the savepoint (its effects vanish, the row lock stays ours) and
-  write the retry/failed outcome in the same transaction, so nobody can claim the job between the
-  rollback and the record of why it failed.
+- If it raises (or asks to retry, snooze or cancel), we roll back to the savepoint (its effects
+  vanish, the row lock stays ours) and write the outcome in the same transaction, so nobody can
+  claim the job between the rollback and the record of why it did not finish.
 - If the connection itself is gone (killed backend, timeout, network), the server has rolled the
   whole attempt back; the outcome is then written in a fresh transaction that never waits on a row
-  lock (see ``record_failure`` in queries.sql).
+  lock (see ``record_outcome`` in queries.sql).
 - Every attempt is counted on a separate autocommit connection before the handler starts, so a
   handler that kills its worker process still uses up an attempt and ends ``failed``.
+- A task ``timeout`` is enforced twice: PostgreSQL ends the job's transaction (statement, idle and
+  transaction timeouts set locally), and the worker stops waiting for a handler stuck in Python
+  (the handler runs in its own thread), ends the session and frees the slot.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import logging
 import threading
 import traceback
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +32,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from ..backend.base import ClaimedJob
-from ..job import Done, Failed, Job, JobState, Outcome, RetryLater
+from ..job import Cancel, Cancelled, Done, Failed, Job, JobState, Outcome, Retry, RetryLater, Snooze, Snoozed
 
 if TYPE_CHECKING:
     from ..app import App, Task
@@ -36,7 +40,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("skiplock.worker")
 
 MAX_ERROR_CHARS = 16_000
-MAX_RESULT_BYTES = 1 << 20
+
+
+class JobTimeout(Exception):
+    """The handler ran past its task's ``timeout``."""
 
 
 def format_error(exc: BaseException) -> str:
@@ -51,19 +58,14 @@ def format_error(exc: BaseException) -> str:
 
 def decide_failure(task: "Task | None", attempt: int, max_attempts: int, error: str,
                    exc: BaseException | None) -> Outcome:
-    """Pure: what a failed attempt leads to. Retries use the task's policy until max_attempts."""
+    """Pure: what a failed attempt leads to. Retries use the task's policy (or the delay a
+    :class:`Retry` asked for) until max_attempts."""
     if task is None or attempt >= max_attempts:
         return Failed(error)
-    delay = task.retry(attempt, exc)
+    delay = exc.in_ if isinstance(exc, Retry) and exc.in_ is not None else task.retry(attempt, exc)
     if delay is None:
         return Failed(error)
     return RetryLater(float(delay), error)
-
-
-@dataclass
-class RunResult:
-    outcome: Outcome
-    job_id: int
 
 
 def _usable(conn: psycopg.Connection[Any]) -> bool:
@@ -79,15 +81,18 @@ class Executor:
         self.worker_name = worker_name
         self._attempts_conn: psycopg.Connection[Any] | None = None
         self._attempts_lock = threading.Lock()
+        self._local = threading.local()
 
-    def _start_attempt(self, claimed: ClaimedJob, slot: str) -> int:
+    # ---- bookkeeping ---------------------------------------------------------------------------
+
+    def _start_attempt(self, claimed: ClaimedJob, slot: str, lease_pid: int) -> tuple[int, str | None]:
         """Count the attempt on the worker's shared bookkeeping connection (reconnecting once)."""
         with self._attempts_lock:
             for retry in (False, True):
                 if self._attempts_conn is None or self._attempts_conn.closed:
                     self._attempts_conn = self.backend.connect_bookkeeping()
                 try:
-                    return self.backend.start_attempt(self._attempts_conn, claimed, slot)
+                    return self.backend.start_attempt(self._attempts_conn, claimed, slot, lease_pid)
                 except psycopg.OperationalError:
                     self._attempts_conn.close()
                     self._attempts_conn = None
@@ -101,89 +106,171 @@ class Executor:
                 self._attempts_conn.close()
                 self._attempts_conn = None
 
+    # ---- running -------------------------------------------------------------------------------
+
     def run(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, slot: str) -> Outcome:
-        backend = self.backend
         started_at = claimed.claimed_at  # the database's clock, like finished_at
-        attempt = self._start_attempt(claimed, slot)
+        attempt, cancel_reason = self._start_attempt(claimed, slot, conn.info.backend_pid)
+        if cancel_reason is not None:
+            return self._write(conn, claimed, attempt - 1, Cancelled(cancel_reason), started_at, slot, False)
         if attempt > claimed.max_attempts:
             error = (
                 f"gave up: {attempt - 1} attempt(s) started and none finished; the worker process died or lost its "
                 "database connection during each (does the handler crash its worker?)"
             )
-            return self._write(conn, claimed, attempt - 1, Failed(error), started_at, slot, None)
+            return self._write(conn, claimed, attempt - 1, Failed(error), started_at, slot, False)
         task = self.app.tasks.get(claimed.task)
         if task is None:
             known = ", ".join(sorted(self.app.tasks)) or "none"
             error = (f"unknown task {claimed.task!r}: no handler is registered under that name in this worker "
                      f"(registered: {known}). The job is kept as failed.")
-            return self._write(conn, claimed, attempt, Failed(error), started_at, slot, None)
+            return self._write(conn, claimed, attempt, Failed(error), started_at, slot, False)
 
-        backend.savepoint(conn)
+        self.backend.savepoint(conn)
+        if task.timeout is not None:
+            self.backend.set_local_timeouts(conn, task.timeout)
         job = Job(id=claimed.id, queue=claimed.queue, task=claimed.task, args=claimed.args,
                   priority=claimed.priority, state=JobState.QUEUED, attempts=attempt,
                   max_attempts=claimed.max_attempts, run_at=claimed.run_at, created_at=claimed.created_at,
                   started_at=started_at, worker=slot, conn=conn)
-        exc: BaseException | None = None
         try:
-            result = task.fn(job, **claimed.args)
+            result = self._call(task, job, claimed.args)
+            if isinstance(result, Snooze):
+                raise result
             outcome: Outcome = Done(self._result_json(result))
             if conn.closed or conn.info.transaction_status != TransactionStatus.INTRANS:
                 raise RuntimeError("the handler ended the job's transaction (commit/rollback on job.conn); "
                                    "the lease was lost. Handlers must leave job.conn's transaction open.")
-        except BaseException as caught:  # noqa: BLE001 - every failure must be recorded, even BaseException
-            exc = caught
-            error = format_error(caught)
-            outcome = decide_failure(task, attempt, claimed.max_attempts, error, caught)
+        except Snooze as snooze:
+            outcome = Snoozed(snooze.seconds)
+        except Cancel as cancel:
+            outcome = Cancelled(cancel.reason)
+        except BaseException as caught:  # noqa: BLE001 - every failure is recorded, even BaseException
+            # (SystemExit or KeyboardInterrupt raised by a handler is recorded and not re-raised: one
+            # bad handler must not take the slot down).
+            if isinstance(caught, JobTimeout):
+                self._abandon(conn)
+            outcome = decide_failure(task, attempt, claimed.max_attempts, format_error(caught), caught)
             log.warning("job %s (%s) attempt %s/%s failed: %s: %s", claimed.id, claimed.task, attempt,
                         claimed.max_attempts, type(caught).__qualname__, caught)
-        # A BaseException (SystemExit, KeyboardInterrupt raised by the handler) is recorded like any
-        # other failure and not re-raised: one bad handler must not take the slot down.
-        return self._write(conn, claimed, attempt, outcome, started_at, slot, exc)
+        return self._write(conn, claimed, attempt, outcome, started_at, slot, True)
+
+    def _call(self, task: "Task", job: Job, args: dict[str, Any]) -> Any:
+        """The handler, in this thread, or in its own thread when the task has a timeout (so a
+        handler stuck in a blocking call cannot hold the slot). ``async def`` handlers run on an
+        event loop of the calling thread."""
+        if task.timeout is None:
+            return self._await(task.fn(job, **args), self._thread_loop)
+        box: dict[str, Any] = {}
+        finished = threading.Event()
+
+        def target() -> None:
+            try:
+                box["result"] = self._await(task.fn(job, **args), asyncio.new_event_loop)
+            except BaseException as exc:  # noqa: BLE001 - handed back to the slot thread
+                box["error"] = exc
+            finally:
+                finished.set()
+
+        threading.Thread(target=target, name=f"skiplock-job-{job.id}", daemon=True).start()
+        if not finished.wait(task.timeout):
+            raise JobTimeout(f"job exceeded its timeout of {task.timeout:g}s")
+        if "error" in box:
+            raise box["error"]
+        return box.get("result")
+
+    def _thread_loop(self) -> asyncio.AbstractEventLoop:
+        loop = getattr(self._local, "loop", None)
+        if loop is None:
+            loop = self._local.loop = asyncio.new_event_loop()
+        return loop
 
     @staticmethod
-    def _result_json(result: Any) -> str | None:
+    def _await(result: Any, get_loop: Any) -> Any:
+        if not inspect.isawaitable(result):
+            return result
+        loop = get_loop()
+        try:
+            return loop.run_until_complete(result)
+        finally:
+            if get_loop is asyncio.new_event_loop:
+                loop.close()
+
+    def _abandon(self, conn: psycopg.Connection[Any]) -> None:
+        """Give up on a handler still running: end its session (the server rolls the attempt back)
+        and close the connection; the slot reconnects and moves on."""
+        try:
+            self.backend.terminate([conn.info.backend_pid])
+        except psycopg.Error as exc:
+            log.warning("could not end the session of a timed-out job: %s", exc)
+        conn.close()
+
+    def _result_json(self, result: Any) -> str | None:
         if result is None:
             return None
         try:
             text = json.dumps(result, allow_nan=False, separators=(",", ":"))
         except (TypeError, ValueError) as exc:
             raise TypeError(f"the handler's return value is not JSON-serialisable: {exc}") from None
-        if len(text) > MAX_RESULT_BYTES:
-            raise ValueError(f"the handler's return value is {len(text):,} bytes as JSON; the limit is {MAX_RESULT_BYTES:,}")
+        limit = self.app.max_result_bytes
+        if len(text.encode("utf-8")) > limit:
+            raise ValueError(f"the handler's return value is {len(text):,} bytes as JSON; the limit is {limit:,} "
+                             "(App(max_result_bytes=...))")
         return text
 
+    # ---- writing -------------------------------------------------------------------------------
+
     def _write(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, attempt: int, outcome: Outcome,
-               started_at: datetime, slot: str, exc: BaseException | None) -> Outcome:
+               started_at: datetime, slot: str, ran: bool) -> Outcome:
         backend = self.backend
         if isinstance(outcome, Done):
             # A failure here (connection lost before or during COMMIT) propagates: the server either
             # committed (the guard makes any later failure record a no-op) or rolled back (queued).
-            backend.complete(conn, claimed, attempt, outcome.result, started_at, slot)
-            conn.commit()
-            return outcome
-        state, delay, error = ("queued", outcome.delay, outcome.error) if isinstance(outcome, RetryLater) \
-            else ("failed", None, outcome.error)
-        if _usable(conn):
-            try:
-                if exc is not None:
-                    backend.rollback_to_savepoint(conn)
-                backend.record_failure(conn, claimed, attempt, state=state, delay=delay, error=error,
-                                       started_at=started_at, worker=slot)
+            if backend.complete(conn, claimed, attempt, outcome.result, started_at, slot):
                 conn.commit()
                 return outcome
+            outcome = Cancelled("cancellation requested while the job ran")  # the guard refused 'done'
+        state, delay, error, uncount = _row_for(outcome)
+        if _usable(conn):
+            try:
+                if ran:
+                    backend.rollback_to_savepoint(conn)
+                written = backend.record_outcome(conn, claimed, attempt, state=state, delay=delay, error=error,
+                                                 started_at=started_at, worker=slot, uncount=uncount)
+                conn.commit()
+                return _as_written(outcome, written)
             except psycopg.OperationalError:
                 pass  # the connection died under us: record from a fresh one below
             except psycopg.Error as db_exc:
-                log.warning("job %s: could not record failure in its transaction (%s); recording separately",
+                log.warning("job %s: could not record its outcome in its transaction (%s); recording separately",
                             claimed.id, db_exc)
-        broken = conn.closed or conn.broken
-        if not broken:
+        broken = conn.broken
+        if not conn.closed:
             try:
                 conn.rollback()
             except psycopg.Error:
                 broken = True
-        backend.record_failure(None, claimed, attempt, state=state, delay=delay, error=error,
-                               started_at=started_at, worker=slot)
+        written = backend.record_outcome(None, claimed, attempt, state=state, delay=delay, error=error,
+                                         started_at=started_at, worker=slot, uncount=uncount)
         if broken:
             raise psycopg.OperationalError("the job's connection was lost during the attempt")
-        return outcome
+        return _as_written(outcome, written)
+
+
+def _row_for(outcome: Outcome) -> tuple[str, float | None, str | None, bool]:
+    """(state, delay, error, give the attempt back) to write for an outcome that is not Done."""
+    if isinstance(outcome, RetryLater):
+        return "queued", outcome.delay, outcome.error, False
+    if isinstance(outcome, Snoozed):
+        return "queued", outcome.delay, None, True
+    if isinstance(outcome, Cancelled):
+        return "cancelled", None, f"cancelled: {outcome.reason}", False
+    assert isinstance(outcome, Failed)
+    return "failed", None, outcome.error, False
+
+
+def _as_written(outcome: Outcome, written: str | None) -> Outcome:
+    """A pending cancellation request overrides the decided outcome in the database; report that."""
+    if written == "cancelled" and not isinstance(outcome, Cancelled):
+        return Cancelled("cancellation requested")
+    return outcome

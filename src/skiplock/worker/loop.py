@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import psycopg
 
 from ..errors import DatabaseUnavailable
-from ..job import Done, Failed, RetryLater
+from ..job import Cancelled, Done, Failed, RetryLater, Snoozed
 from .executor import Executor
 
 if TYPE_CHECKING:
@@ -35,6 +35,8 @@ class WorkerStats:
     done: int = 0
     retried: int = 0
     failed: int = 0
+    snoozed: int = 0
+    cancelled: int = 0
     reconnects: int = 0
     aborted: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -47,6 +49,10 @@ class WorkerStats:
                 self.retried += 1
             elif isinstance(outcome, Failed):
                 self.failed += 1
+            elif isinstance(outcome, Snoozed):
+                self.snoozed += 1
+            elif isinstance(outcome, Cancelled):
+                self.cancelled += 1
 
 
 class Worker:
@@ -140,6 +146,8 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 try:
+                    if conn is not None and conn.closed:  # closed on purpose (a timed-out job)
+                        conn = None
                     if conn is None:
                         conn = backend.connect_lease(f"skiplock-worker {slot_name}")
                         self._conns[index] = conn

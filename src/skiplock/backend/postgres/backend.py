@@ -207,10 +207,17 @@ class PostgresBackend:
             row = conn.execute(self.q["claim_one_any_queue"]).fetchone()
         return ClaimedJob(*row) if row else None
 
-    def start_attempt(self, conn: psycopg.Connection[Any], job: ClaimedJob, worker: str) -> int:
-        """Count the attempt durably, outside the job's transaction (``conn`` from connect_bookkeeping)."""
-        row = conn.execute(self.q["start_attempt"], {"id": job.id, "attempts": job.attempts, "worker": worker}).fetchone()
-        return int(row[0])
+    def start_attempt(self, conn: psycopg.Connection[Any], job: ClaimedJob, worker: str,
+                      lease_pid: int | None) -> tuple[int, str | None]:
+        """Count the attempt durably, outside the job's transaction (``conn`` from connect_bookkeeping).
+        Returns (attempt number, cancellation reason if one was requested)."""
+        row = conn.execute(self.q["start_attempt"], {"id": job.id, "attempts": job.attempts, "worker": worker,
+                                                     "backend_pid": lease_pid}).fetchone()
+        return int(row[0]), row[1]
+
+    def notice(self, job_id: int) -> str:
+        """The payload announcing that a job finished, on the fixed channel ``skiplock``."""
+        return f"{self.schema}:{job_id}"
 
     def savepoint(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute(self.q["savepoint"])
@@ -218,25 +225,32 @@ class PostgresBackend:
     def rollback_to_savepoint(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute(self.q["rollback_to_savepoint"])
 
+    def set_local_timeouts(self, conn: psycopg.Connection[Any], seconds: float) -> None:
+        value = f"{max(1, int(seconds * 1000))}ms"
+        conn.execute(self.q["set_local_timeouts"], {"value": value})
+        if conn.info.server_version >= 170000:
+            conn.execute(self.q["set_local_transaction_timeout"], {"value": value})
+
     def complete(self, conn: psycopg.Connection[Any], job: ClaimedJob, attempt: int, result_json: str | None,
                  started_at: datetime, worker: str) -> bool:
-        cur = conn.execute(self.q["complete"], {"id": job.id, "attempt": attempt, "result": result_json,
-                                                "started_at": started_at, "worker": worker})
-        return cur.rowcount == 1
+        """False if the job was not written done (a cancellation was requested)."""
+        row = conn.execute(self.q["complete"], {"id": job.id, "attempt": attempt, "result": result_json,
+                                                "started_at": started_at, "worker": worker,
+                                                "notice": self.notice(job.id)}).fetchone()
+        return bool(row[0])
 
-    def record_failure(self, conn: psycopg.Connection[Any] | None, job: ClaimedJob, attempt: int, *, state: str,
-                       delay: float | None, error: str, started_at: datetime, worker: str) -> bool:
-        params = {"id": job.id, "attempt": attempt, "state": state, "delay": delay, "error": error,
-                  "started_at": started_at, "worker": worker}
-        if conn is not None:
-            return bool(conn.execute(self.q["record_failure"], params).fetchone()[0])
-        with self._conn() as c:
-            return bool(c.execute(self.q["record_failure"], params).fetchone()[0])
+    def record_outcome(self, conn: psycopg.Connection[Any] | None, job: ClaimedJob, attempt: int, *, state: str,
+                       delay: float | None, error: str | None, started_at: datetime, worker: str,
+                       uncount: bool = False) -> str | None:
+        """Write a retry/failed/cancelled outcome; returns the state written, None if skipped."""
+        row = self._one("record_outcome", {
+            "id": job.id, "attempt": attempt, "state": state, "delay": delay, "error": error,
+            "started_at": started_at, "worker": worker, "uncount": uncount, "notice": self.notice(job.id)}, conn)
+        return row[0] if row else None
 
     def terminate(self, backend_pids: Sequence[int]) -> None:
         if backend_pids:
-            with self._conn() as c:
-                c.execute(self.q["terminate_backends"], {"pids": list(backend_pids)})
+            self._all("terminate_backends", {"pids": list(backend_pids)})
 
     # ---- reading -----------------------------------------------------------------------------
 
@@ -244,12 +258,103 @@ class PostgresBackend:
         with self._conn() as c:
             return c.cursor(row_factory=dict_row).execute(self.q["get_job"], {"id": job_id}).fetchone()
 
-    def list_jobs(self, *, state: str | None = None, queue: str | None = None, task: str | None = None,
-                  limit: int = 50) -> list[dict[str, Any]]:
+    def list_jobs(self, *, state: str | None = None, queue: str | None = None,
+                  task: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         with self._conn() as c:
             cur = c.cursor(row_factory=dict_row)
             return cur.execute(self.q["list_jobs"], {"state": state, "queue": queue, "task": task, "limit": limit}).fetchall()
 
     def counts(self) -> list[tuple[str, str, int]]:
+        return [tuple(r) for r in self._all("counts")]
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def enqueue_unique(self, job: NewJob, unique_key: str, conn: Any = None) -> tuple[int, bool]:
+        """(id, created): the new job, or the queued/running one holding ``unique_key``."""
+        params = {"queue": job.queue, "task": job.task, "args": job.args_json, "priority": job.priority,
+                  "max_attempts": job.max_attempts, "run_at": job.run_at, "unique_key": unique_key}
+        for _ in range(10):  # the holder may finish between the conflict and the lookup: try again
+            row = self._one("enqueue_unique", params, conn)
+            if row:
+                return int(row[0]), bool(row[1])
+        raise DatabaseUnavailable(f"unique_key {unique_key!r} kept changing hands; try again")
+
+    def request_cancel(self, job_id: int, reason: str) -> str | None:
+        row = self._one("request_cancel", {"id": job_id, "reason": reason})
+        return row[0] if row else None
+
+    def cancel_if_unlocked(self, job_id: int) -> bool:
+        return self._one("cancel_if_unlocked", {"id": job_id, "notice": self.notice(job_id)}) is not None
+
+    def end_lease_holder(self, job_id: int) -> bool:
+        return self._one("end_lease_holder", {"id": job_id}) is not None
+
+    def forget_cancel_request(self, job_id: int) -> None:
+        self._one("forget_cancel_request", {"id": job_id})
+
+    def retry_job(self, job_id: int) -> bool:
+        return self._one("retry_job", {"id": job_id}) is not None
+
+    def retry_failed(self, queue: str | None) -> list[int]:
+        return [r[0] for r in self._all("retry_failed", {"queue": queue})]
+
+    def queue_known(self, queue: str) -> bool:
+        return bool(self._one("queue_known", {"queue": queue})[0])
+
+    def pause_queue(self, queue: str) -> None:
+        self._one("pause_queue", {"queue": queue})
+
+    def resume_queue(self, queue: str) -> bool:
+        return self._one("resume_queue", {"queue": queue}) is not None
+
+    def paused_queues(self) -> list[str]:
+        return [r[0] for r in self._all("paused_queues")]
+
+    def add_waiter(self, job_id: int) -> None:
+        self._one("add_waiter", {"id": job_id})
+
+    def remove_waiter(self, job_id: int) -> None:
+        self._one("remove_waiter", {"id": job_id})
+
+    def connect_listener(self) -> psycopg.Connection[Any]:
+        """An autocommit connection LISTENing on the fixed channel ``skiplock`` (never a user-named one)."""
+        conn = connect(self.dsn, autocommit=True, application_name="skiplock-listener", **CLIENT_TCP)
+        conn.execute(self.q["listen"])
+        return conn
+
+    def prune(self, state: str, age_seconds: float, batch: int) -> int | None:
+        """Delete one batch; None if another process holds the maintenance lock."""
+        with self._conn() as c, c.transaction():
+            if not c.execute(self.q["try_maintenance_lock"], {"schema": self.schema}).fetchone()[0]:
+                return None
+            return int(c.execute(self.q["prune"], {"state": state, "age": age_seconds, "batch": batch}).fetchone()[0])
+
+    def prune_ticks(self, age_seconds: float) -> None:
+        self._one("prune_ticks", {"age": age_seconds})
+
+    def enqueue_tick(self, schedule: str, tick: datetime, job: NewJob) -> int | None:
+        """Enqueue ``job`` for this tick unless some scheduler already did; returns the new job id."""
+        with self._conn() as c, c.transaction():
+            if c.execute(self.q["insert_tick"], {"schedule": schedule, "tick": tick}).fetchone() is None:
+                return None
+            job_id = self.enqueue([job], c)[0]
+            c.execute(self.q["set_tick_job"], {"schedule": schedule, "tick": tick, "job_id": job_id})
+            return job_id
+
+    def last_tick(self, schedule: str) -> datetime | None:
+        return self._one("last_tick", {"schedule": schedule})[0]
+
+    # ---- plumbing ----------------------------------------------------------------------------
+
+    def _one(self, name: str, params: dict[str, Any] | None = None, conn: Any = None) -> Any:
+        """Run a named statement (on ``conn``, else a pooled connection); its first row or None."""
+        if conn is not None:
+            cur = conn.execute(self.q[name], params)
+            return cur.fetchone() if cur.description else None
         with self._conn() as c:
-            return [tuple(r) for r in c.execute(self.q["counts"]).fetchall()]  # type: ignore[misc]
+            cur = c.execute(self.q[name], params)
+            return cur.fetchone() if cur.description else None
+
+    def _all(self, name: str, params: dict[str, Any] | None = None) -> list[Any]:
+        with self._conn() as c:
+            return c.execute(self.q[name], params).fetchall()

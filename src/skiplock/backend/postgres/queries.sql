@@ -15,6 +15,7 @@ SELECT max(version) FROM {schema}.schema_version;
 SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, now() AS claimed_at
   FROM {schema}.jobs
  WHERE state = 'queued' AND queue = %(queue)s AND run_at <= now()
+   AND NOT EXISTS (SELECT 1 FROM {schema}.paused_queues WHERE queue = %(queue)s)
  ORDER BY priority, id
  LIMIT 1
    FOR UPDATE SKIP LOCKED;
@@ -24,6 +25,7 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
 SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, now() AS claimed_at
   FROM {schema}.jobs
  WHERE state = 'queued' AND queue = ANY(%(queues)s) AND run_at <= now()
+   AND queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues))  -- evaluated once per claim
  ORDER BY priority, id
  LIMIT 1
    FOR UPDATE SKIP LOCKED;
@@ -33,6 +35,7 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
 SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, now() AS claimed_at
   FROM {schema}.jobs
  WHERE state = 'queued' AND run_at <= now()
+   AND queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues))  -- evaluated once per claim
  ORDER BY priority, id
  LIMIT 1
    FOR UPDATE SKIP LOCKED;
@@ -40,50 +43,73 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
 -- name: start_attempt
 -- Run on a separate autocommit connection while the job's transaction holds the row lock: it
 -- touches only job_attempts, so it never waits on that lock, and it survives the job's rollback.
-INSERT INTO {schema}.job_attempts AS a (job_id, started, worker)
-VALUES (%(id)s, %(attempts)s + 1, %(worker)s)
+-- Also says whether a cancellation was requested (then the handler is not run).
+WITH a AS (
+INSERT INTO {schema}.job_attempts AS a (job_id, started, worker, backend_pid)
+VALUES (%(id)s, %(attempts)s + 1, %(worker)s, %(backend_pid)s)
 ON CONFLICT (job_id) DO UPDATE
    SET started = greatest(a.started, EXCLUDED.started - 1) + 1,
-       worker = EXCLUDED.worker, started_at = now()
-RETURNING started;
+       worker = EXCLUDED.worker, backend_pid = EXCLUDED.backend_pid, started_at = now()
+RETURNING started)
+SELECT a.started, (SELECT reason FROM {schema}.job_cancellations WHERE job_id = %(id)s) FROM a;
 
 -- name: complete
--- Inside the job's transaction: guarded on the state we claimed it in, so a lost COMMIT reply
--- followed by a failure record can never turn a finished job back.
-WITH a AS (DELETE FROM {schema}.job_attempts WHERE job_id = %(id)s)
+-- Inside the job's transaction: guarded on the state we claimed it in (a lost COMMIT reply followed
+-- by a failure record can never turn a finished job back) and on the absence of a cancellation
+-- request (a finishing write never overwrites a cancellation). NOTIFY only if someone waits.
+-- Returns (rows written, notifications sent).
+WITH upd AS (
 UPDATE {schema}.jobs
    SET state = 'done', attempts = %(attempt)s, finished_at = clock_timestamp(), started_at = %(started_at)s,
        result = %(result)s::jsonb, worker = %(worker)s
- WHERE id = %(id)s AND state = 'queued';
+ WHERE id = %(id)s AND state = 'queued'
+   AND NOT EXISTS (SELECT 1 FROM {schema}.job_cancellations c WHERE c.job_id = %(id)s)
+RETURNING id),
+gone AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM upd))
+SELECT count(*),
+       (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_waiters w
+         WHERE w.job_id IN (SELECT id FROM upd))
+  FROM upd;
 
--- name: record_failure
--- Writes the outcome the retry policy decided (retry after delay, or failed). Normally runs inside
--- the job's own transaction after ROLLBACK TO SAVEPOINT (the handler's effects are gone, the row
--- lock is still ours: SKIP LOCKED never skips our own lock). When the job's connection died it
--- runs in a fresh transaction and never waits: if another worker has already claimed the job
--- again, the row is skipped (that worker's attempt is counted in job_attempts). A job that ends
--- failed takes its final attempt count and leaves job_attempts. Keeps the last 20 errors.
--- Returns the number of rows written (0 or 1).
-WITH upd AS (
-UPDATE {schema}.jobs
-   SET state = %(state)s::text,
-       attempts = greatest(attempts, %(attempt)s),
-       run_at = CASE WHEN %(delay)s::float8 IS NULL THEN run_at
-                     ELSE clock_timestamp() + %(delay)s::float8 * interval '1 second' END,
+-- name: record_outcome
+-- Writes what the policy decided when a run did not complete: retry after a delay ('queued'),
+-- 'failed', or 'cancelled'; a pending cancellation request turns any of them into 'cancelled'.
+-- Normally runs inside the job's own transaction after ROLLBACK TO SAVEPOINT (the handler's effects
+-- are gone, the row lock is still ours: SKIP LOCKED never skips our own lock). When the job's
+-- connection died it runs in a fresh transaction and never waits: if another worker has already
+-- claimed the job again, the row is skipped (that worker's attempt is counted in job_attempts).
+-- A finished job takes its final attempt count and leaves job_attempts. %(uncount)s (a snooze)
+-- gives the attempt back. Keeps the last 20 errors. Returns the state written, or no row.
+WITH req AS (SELECT reason FROM {schema}.job_cancellations WHERE job_id = %(id)s),
+dec AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM req) THEN 'cancelled' ELSE %(state)s::text END AS state),
+upd AS (
+UPDATE {schema}.jobs j
+   SET state = dec.state,
+       attempts = greatest(j.attempts, %(attempt)s),
+       run_at = CASE WHEN dec.state = 'queued' AND %(delay)s::float8 IS NOT NULL
+                     THEN clock_timestamp() + %(delay)s::float8 * interval '1 second' ELSE j.run_at END,
        started_at = %(started_at)s,
-       finished_at = CASE WHEN %(state)s::text = 'queued' THEN NULL ELSE clock_timestamp() END,
-       last_error = %(error)s,
+       finished_at = CASE WHEN dec.state = 'queued' THEN NULL ELSE clock_timestamp() END,
+       last_error = coalesce((SELECT 'cancelled: ' || reason FROM req), %(error)s::text, j.last_error),
        worker = %(worker)s,
-       errors = (SELECT coalesce(jsonb_agg(e ORDER BY n), '[]'::jsonb)
-                   FROM (SELECT e, n FROM jsonb_array_elements(errors || jsonb_build_array(
+       errors = CASE WHEN %(error)s::text IS NULL THEN j.errors ELSE
+                (SELECT coalesce(jsonb_agg(e ORDER BY n), '[]'::jsonb)
+                   FROM (SELECT e, n FROM jsonb_array_elements(j.errors || jsonb_build_array(
                              jsonb_build_object('attempt', %(attempt)s::int, 'at', clock_timestamp(),
                                                 'error', %(error)s::text, 'worker', %(worker)s::text)))
                                    WITH ORDINALITY AS x(e, n)
-                          ORDER BY n DESC LIMIT 20) last)
- WHERE id = (SELECT id FROM {schema}.jobs WHERE id = %(id)s AND state = 'queued' FOR UPDATE SKIP LOCKED)
-RETURNING id, state),
-gone AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM upd WHERE state <> 'queued'))
-SELECT count(*) FROM upd;
+                          ORDER BY n DESC LIMIT 20) last) END
+  FROM dec
+ WHERE j.id = (SELECT id FROM {schema}.jobs WHERE id = %(id)s AND state = 'queued' FOR UPDATE SKIP LOCKED)
+RETURNING j.id, j.state),
+attempts_done AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM upd WHERE state <> 'queued')),
+attempts_back AS (UPDATE {schema}.job_attempts SET started = started - 1
+                   WHERE %(uncount)s AND job_id IN (SELECT id FROM upd WHERE state = 'queued')),
+requests_done AS (DELETE FROM {schema}.job_cancellations WHERE job_id IN (SELECT id FROM upd WHERE state <> 'queued'))
+SELECT upd.state,
+       (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_waiters w
+         WHERE w.job_id IN (SELECT id FROM upd WHERE state <> 'queued'))
+  FROM upd;
 
 -- name: enqueue_many
 -- One statement for any number of jobs: parallel arrays unnested in order; ids come back in
@@ -105,7 +131,7 @@ RETURNING id;
 SELECT j.id, j.queue, j.task, j.args, j.priority, j.state,
        greatest(j.attempts, coalesce(a.started, 0)) AS attempts,
        j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at, j.last_error,
-       j.errors, j.result, j.worker
+       j.errors, j.result, j.worker, j.unique_key
   FROM {schema}.jobs j LEFT JOIN {schema}.job_attempts a ON a.job_id = j.id
  WHERE j.id = %(id)s;
 
@@ -113,7 +139,7 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.state,
 SELECT j.id, j.queue, j.task, j.args, j.priority, j.state,
        greatest(j.attempts, coalesce(a.started, 0)) AS attempts,
        j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at, j.last_error,
-       j.errors, j.result, j.worker
+       j.errors, j.result, j.worker, j.unique_key
   FROM {schema}.jobs j LEFT JOIN {schema}.job_attempts a ON a.job_id = j.id
  WHERE (%(state)s::text IS NULL OR j.state = %(state)s)
    AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
@@ -148,3 +174,135 @@ INSERT INTO {schema}.schema_version (version) VALUES (%(version)s);
 
 -- name: set_transaction_timeout
 SELECT set_config('transaction_timeout', %(value)s, false);
+
+-- name: enqueue_unique
+-- At most one queued or running job per unique_key (jobs_unique_key_idx). Returns the new job's id
+-- and true, or the existing job's id and false. If the existing job finished between the conflict
+-- and the lookup, no row comes back and the caller tries again.
+WITH ins AS (
+INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, run_at, unique_key)
+VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s, %(max_attempts)s, coalesce(%(run_at)s, now()),
+        %(unique_key)s)
+ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'running') DO NOTHING
+RETURNING id)
+SELECT id, true FROM ins
+UNION ALL
+SELECT id, false FROM {schema}.jobs
+ WHERE unique_key = %(unique_key)s AND state IN ('queued', 'running') AND NOT EXISTS (SELECT 1 FROM ins);
+
+-- name: request_cancel
+-- Recorded without waiting on the job's row lock; returns the job's state as committed.
+WITH j AS (SELECT id, state FROM {schema}.jobs WHERE id = %(id)s),
+ins AS (INSERT INTO {schema}.job_cancellations (job_id, reason)
+        SELECT id, %(reason)s FROM j WHERE state IN ('queued', 'running')
+        ON CONFLICT (job_id) DO NOTHING)
+SELECT state FROM j;
+
+-- name: cancel_if_unlocked
+-- Cancels a queued job nobody holds; skips (returns nothing) if a worker holds its lease.
+WITH upd AS (
+UPDATE {schema}.jobs
+   SET state = 'cancelled', finished_at = clock_timestamp(),
+       last_error = 'cancelled: ' || coalesce((SELECT reason FROM {schema}.job_cancellations WHERE job_id = %(id)s), '')
+ WHERE id = (SELECT id FROM {schema}.jobs WHERE id = %(id)s AND state = 'queued' FOR UPDATE SKIP LOCKED)
+RETURNING id),
+requests_done AS (DELETE FROM {schema}.job_cancellations WHERE job_id IN (SELECT id FROM upd)),
+attempts_done AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM upd))
+SELECT id, (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_waiters w
+             WHERE w.job_id IN (SELECT id FROM upd))
+  FROM upd;
+
+-- name: end_lease_holder
+-- Ends the session holding a job's transaction lease (its transaction rolls back). The backend pid
+-- is the one recorded when the current attempt started, and only counts if that session's
+-- transaction began before the attempt did (so a reused pid is never hit).
+SELECT pg_terminate_backend(s.pid)
+  FROM {schema}.job_attempts a JOIN pg_stat_activity s ON s.pid = a.backend_pid
+ WHERE a.job_id = %(id)s AND s.xact_start <= a.started_at AND s.application_name LIKE 'skiplock-worker%%';
+
+-- name: forget_cancel_request
+DELETE FROM {schema}.job_cancellations WHERE job_id = %(id)s;
+
+-- name: retry_job
+-- Puts a failed (or cancelled) job back: a fresh set of attempts, its error history kept.
+WITH upd AS (
+UPDATE {schema}.jobs
+   SET state = 'queued', attempts = 0, run_at = now(), finished_at = NULL, started_at = NULL, result = NULL
+ WHERE id = %(id)s AND state IN ('failed', 'cancelled')
+RETURNING id),
+a AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM upd)),
+c AS (DELETE FROM {schema}.job_cancellations WHERE job_id IN (SELECT id FROM upd))
+SELECT id FROM upd;
+
+-- name: retry_failed
+WITH upd AS (
+UPDATE {schema}.jobs
+   SET state = 'queued', attempts = 0, run_at = now(), finished_at = NULL, started_at = NULL, result = NULL
+ WHERE state = 'failed' AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+RETURNING id),
+a AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM upd))
+SELECT id FROM upd ORDER BY id;
+
+-- name: queue_known
+SELECT EXISTS (SELECT 1 FROM {schema}.jobs WHERE queue = %(queue)s)
+    OR EXISTS (SELECT 1 FROM {schema}.paused_queues WHERE queue = %(queue)s);
+
+-- name: pause_queue
+INSERT INTO {schema}.paused_queues (queue) VALUES (%(queue)s) ON CONFLICT (queue) DO NOTHING;
+
+-- name: resume_queue
+DELETE FROM {schema}.paused_queues WHERE queue = %(queue)s RETURNING queue;
+
+-- name: paused_queues
+SELECT queue FROM {schema}.paused_queues ORDER BY queue;
+
+-- name: add_waiter
+INSERT INTO {schema}.job_waiters (job_id) VALUES (%(id)s) ON CONFLICT (job_id) DO NOTHING;
+
+-- name: remove_waiter
+DELETE FROM {schema}.job_waiters WHERE job_id = %(id)s;
+
+-- name: listen
+LISTEN skiplock;
+
+-- name: prune
+-- One small batch of finished jobs of one state older than the cutoff. SKIP LOCKED and a small
+-- LIMIT keep it from ever blocking the queue; the caller loops until a batch comes back short.
+WITH victims AS (
+SELECT id FROM {schema}.jobs
+ WHERE state = %(state)s AND finished_at < clock_timestamp() - %(age)s::float8 * interval '1 second'
+ ORDER BY finished_at
+ LIMIT %(batch)s
+   FOR UPDATE SKIP LOCKED),
+d AS (DELETE FROM {schema}.jobs WHERE id IN (SELECT id FROM victims) RETURNING id),
+w AS (DELETE FROM {schema}.job_waiters WHERE job_id IN (SELECT id FROM d))
+SELECT count(*) FROM d;
+
+-- name: prune_ticks
+DELETE FROM {schema}.periodic_ticks WHERE tick < clock_timestamp() - %(age)s::float8 * interval '1 second';
+
+-- name: try_maintenance_lock
+-- One maintenance pass at a time (per schema), for the rest of the transaction; never waits.
+SELECT pg_try_advisory_xact_lock(hashtextextended('skiplock.maintenance:' || %(schema)s, 0));
+
+-- name: insert_tick
+-- Whoever inserts the (schedule, tick) row enqueues that tick's job, in the same transaction.
+INSERT INTO {schema}.periodic_ticks (schedule, tick) VALUES (%(schedule)s, %(tick)s)
+ON CONFLICT (schedule, tick) DO NOTHING
+RETURNING tick;
+
+-- name: set_tick_job
+UPDATE {schema}.periodic_ticks SET job_id = %(job_id)s WHERE schedule = %(schedule)s AND tick = %(tick)s;
+
+-- name: last_tick
+SELECT max(tick) FROM {schema}.periodic_ticks WHERE schedule = %(schedule)s;
+
+-- name: set_local_timeouts
+-- A task's timeout, for this transaction only: a statement running too long is cancelled, and the
+-- session of a handler idle (stuck outside the database) too long is ended, so the server returns
+-- the job to the queue even if the worker process itself is stuck.
+SELECT set_config('statement_timeout', %(value)s, true),
+       set_config('idle_in_transaction_session_timeout', %(value)s, true);
+
+-- name: set_local_transaction_timeout
+SELECT set_config('transaction_timeout', %(value)s, true);
