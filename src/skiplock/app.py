@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -12,12 +13,18 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from .backend.base import NewJob
 from .backend.postgres import PostgresBackend
-from .errors import ConfigurationError, InvalidJob, JobNotFound, UnknownTask
+from .errors import (ConfigurationError, DuplicateJob, InvalidJob, JobFailed, JobNotFound, UnknownQueue,
+                     UnknownTask, WaitTimeout)
 from .job import Job, JobState
 from .retry import RetryPolicy, as_policy
 
 if TYPE_CHECKING:
+    from .maintenance.periodic import Schedule
     from .worker import Worker
+
+FINISHED = (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
+# How long finished jobs are kept before the pruner deletes them (seconds), by state.
+DEFAULT_RETENTION = {"done": 86400.0, "cancelled": 7 * 86400.0, "failed": 30 * 86400.0}
 
 DEFAULT_MAX_ARGS_BYTES = 1 << 20  # 1 MiB of JSON per job
 DEFAULT_MAX_RESULT_BYTES = 1 << 20
@@ -56,6 +63,19 @@ def _check_int(name: str, value: Any, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidJob(f"{name} must be an integer between {low} and {high}, got {value!r}")
     return value
+
+
+def _check_retention(retention: Mapping[str, float | timedelta]) -> dict[str, float]:
+    """{state: seconds} for finished states; rejects unknown states and negative ages."""
+    out: dict[str, float] = {}
+    for state, age in retention.items():
+        if state not in ("done", "failed", "cancelled"):
+            raise ConfigurationError(f"retention is for finished states (done, failed, cancelled), got {state!r}")
+        seconds = age.total_seconds() if isinstance(age, timedelta) else age
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+            raise ConfigurationError(f"retention for {state!r} must be a non-negative duration, got {age!r}")
+        out[state] = float(seconds)
+    return out
 
 
 def _has_nul(value: Any) -> bool:
@@ -120,13 +140,16 @@ class App:
 
     def __init__(self, dsn: str | None = None, *, schema: str = "skiplock", data_dir: str | Path | None = None,
                  lease_timeout: float = 600.0, max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
-                 max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES):
+                 max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+                 retention: Mapping[str, float | timedelta] | None = None):
         self._dsn = dsn
         self.schema = schema
         self.data_dir = data_dir
         self.lease_timeout = lease_timeout
         self.max_args_bytes = max_args_bytes
         self.max_result_bytes = max_result_bytes
+        self.retention = _check_retention(DEFAULT_RETENTION if retention is None else retention)
+        self.schedules: dict[str, "Schedule"] = {}
         self.tasks: dict[str, Task] = {}
         self._backend: PostgresBackend | None = None
         self._schema_checked = False
@@ -261,12 +284,26 @@ class App:
 
     def enqueue(self, task: str, args: Mapping[str, Any] | None = None, *, queue: str | None = None,
                 priority: int | None = None, run_at: datetime | None = None, delay: float | timedelta | None = None,
-                max_attempts: int | None = None, conn: Any = None) -> int:
+                max_attempts: int | None = None, unique_key: str | None = None, on_conflict: str = "return",
+                conn: Any = None) -> int:
         """Insert one job and return its id. With ``conn`` (a psycopg connection), the insert runs in
         the caller's transaction: the job exists only if the caller commits. Invalid input raises
-        :class:`InvalidJob` before anything is sent, so the caller's transaction stays usable."""
+        :class:`InvalidJob` before anything is sent, so the caller's transaction stays usable.
+
+        ``unique_key``: at most one queued or running job holds a key (a partial unique index, so it
+        holds under concurrent enqueuers); enqueueing again returns the holder's id, or raises
+        :class:`DuplicateJob` with ``on_conflict="raise"``."""
         job = self._new_job(task, args, queue, priority, run_at, delay, max_attempts)
-        return self._ready().enqueue([job], conn)[0]
+        if unique_key is None:
+            return self._ready().enqueue([job], conn)[0]
+        if not isinstance(unique_key, str) or not unique_key or len(unique_key) > 1000 or "\x00" in unique_key:
+            raise InvalidJob(f"unique_key must be a non-empty string of at most 1000 characters, got {unique_key!r}")
+        if on_conflict not in ("return", "raise"):
+            raise InvalidJob(f"on_conflict must be 'return' or 'raise', got {on_conflict!r}")
+        job_id, created = self._ready().enqueue_unique(job, unique_key, conn)
+        if not created and on_conflict == "raise":
+            raise DuplicateJob(f"job {job_id} already holds unique_key {unique_key!r}", job_id)
+        return job_id
 
     def enqueue_many(self, jobs: Iterable[tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], Mapping[str, Any]]],
                      *, conn: Any = None) -> list[int]:

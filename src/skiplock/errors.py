@@ -32,3 +32,27 @@ class UnknownTask(SkiplockError, KeyError):
 
 class JobNotFound(SkiplockError, LookupError):
     """No job has that id."""
+
+
+class DuplicateJob(SkiplockError):
+    """A queued or running job already holds this unique key (raised only with ``on_conflict="raise"``)."""
+
+    def __init__(self, message: str, existing_id: int):
+        super().__init__(message)
+        self.existing_id = existing_id
+
+
+class UnknownQueue(SkiplockError, LookupError):
+    """No job has ever used that queue (pass ``force=True`` to pause it anyway)."""
+
+
+class JobFailed(SkiplockError):
+    """The job a caller waited on ended ``failed`` (or ``cancelled``); ``.job`` has its errors."""
+
+    def __init__(self, message: str, job: object):
+        super().__init__(message)
+        self.job = job
+
+
+class WaitTimeout(SkiplockError, TimeoutError):
+    """The job did not finish within the time given to ``wait``."""

@@ -22,6 +22,9 @@ import psycopg
 
 from ..errors import DatabaseUnavailable
 from ..job import Cancelled, Done, Failed, RetryLater, Snoozed
+from ..maintenance.periodic import Scheduler
+from ..maintenance.pruner import Pruner
+from ..maintenance.service import Service
 from .executor import Executor
 
 if TYPE_CHECKING:
@@ -60,7 +63,7 @@ class Worker:
 
     def __init__(self, app: "App", queues: Sequence[str] | None = None, concurrency: int = 4, *,
                  poll_interval: float = 0.5, name: str | None = None, handle_signals: bool = True,
-                 max_reconnect_delay: float = 30.0):
+                 max_reconnect_delay: float = 30.0, maintenance: bool = True, prune_interval: float = 60.0):
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         if queues is not None:
@@ -76,6 +79,9 @@ class Worker:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.handle_signals = handle_signals
         self.max_reconnect_delay = max_reconnect_delay
+        self.maintenance = maintenance
+        self.prune_interval = prune_interval
+        self.services: list[Service] = []
         self.stats = WorkerStats()
         self.started = threading.Event()
         self._stopping = threading.Event()
@@ -117,9 +123,15 @@ class Worker:
         if self.handle_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 previous[sig] = signal.signal(sig, self._on_signal)
+        if self.maintenance:
+            if self.app.schedules:
+                self.services.append(Scheduler(self.app))
+            self.services.append(Pruner(self.app, self.prune_interval))
         threads = [threading.Thread(target=self._slot, args=(i, executor), name=f"skiplock-slot-{i}", daemon=True)
                    for i in range(self.concurrency)]
         try:
+            for service in self.services:
+                service.start()
             for t in threads:
                 t.start()
             self.started.set()
@@ -133,6 +145,8 @@ class Worker:
                         log.warning("in-flight handlers did not return after abort; leaving them (their sessions are gone)")
                         break
         finally:
+            for service in self.services:
+                service.stop()
             executor.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
