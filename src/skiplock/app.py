@@ -20,6 +20,7 @@ from .retry import RetryPolicy, as_policy
 
 if TYPE_CHECKING:
     from .maintenance.periodic import Schedule
+    from .outbox import Outbox, Relay
     from .worker import Worker
 
 FINISHED = (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
@@ -353,6 +354,137 @@ class App:
         """(queue, state, count) for every queue and state that has jobs."""
         return self._ready().counts()
 
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    def cancel_job(self, job_id: int, reason: str = "cancelled by request", wait: float = 10.0) -> JobState:
+        """Cancel a job and return its state. A queued job is cancelled at once and never runs. A
+        job running in a transaction lease is told by ending its session: its transaction rolls back
+        (its database effects vanish) and it ends ``cancelled``. A job that already finished keeps
+        its state (returned). If the running handler does not let go within ``wait`` seconds, the
+        request stays recorded and the job ends cancelled as soon as it does; a finishing ``done``
+        write never overwrites a cancellation."""
+        backend = self._ready()
+        state = backend.request_cancel(job_id, reason)
+        if state is None:
+            raise JobNotFound(f"no job with id {job_id}")
+        deadline = time.monotonic() + wait
+        while True:
+            if backend.cancel_if_unlocked(job_id):
+                return JobState.CANCELLED
+            current = self.get_job(job_id).state
+            if current in FINISHED:
+                if current != JobState.CANCELLED:
+                    backend.forget_cancel_request(job_id)
+                return current
+            backend.end_lease_holder(job_id)
+            if time.monotonic() > deadline:
+                return current
+            time.sleep(0.02)
+
+    def retry_job(self, job_id: int) -> None:
+        """Put a failed (or cancelled) job back in the queue with fresh attempts; its errors are kept."""
+        if not self._ready().retry_job(job_id):
+            state = self.get_job(job_id).state  # JobNotFound if it does not exist
+            raise InvalidJob(f"job {job_id} is {state}; only failed or cancelled jobs can be retried")
+
+    def retry_failed(self, queue: str | None = None) -> list[int]:
+        """Put every failed job (of ``queue``) back; returns their ids."""
+        return self._ready().retry_failed(queue)
+
+    def pause_queue(self, queue: str, *, force: bool = False) -> None:
+        """Stop workers claiming from ``queue`` (they honour it at their next claim, no restart).
+        Jobs already running finish. Unknown queues are refused unless ``force``."""
+        _check_queue(queue)
+        backend = self._ready()
+        if not force and not backend.queue_known(queue) and queue not in {t.queue for t in self.tasks.values()}:
+            raise UnknownQueue(f"unknown queue {queue!r}: no job has used it (use force=True / --force to pause it "
+                               "before it is used)")
+        backend.pause_queue(queue)
+
+    def resume_queue(self, queue: str) -> bool:
+        """Let workers claim from ``queue`` again; False if it was not paused."""
+        return self._ready().resume_queue(_check_queue(queue))
+
+    def queues(self) -> list[dict[str, Any]]:
+        """Every queue with jobs or paused: ``{"queue", "paused", "counts": {state: n}}``."""
+        backend = self._ready()
+        paused = set(backend.paused_queues())
+        out: dict[str, dict[str, Any]] = {q: {"queue": q, "paused": True, "counts": {}} for q in paused}
+        for queue, state, n in backend.counts():
+            out.setdefault(queue, {"queue": queue, "paused": queue in paused, "counts": {}})["counts"][state] = n
+        return [out[q] for q in sorted(out)]
+
+    def wait(self, job_id: int, timeout: float | None = None) -> Any:
+        """Block until the job finishes; return its result, or raise :class:`JobFailed` (failed or
+        cancelled) or :class:`WaitTimeout`. Woken by LISTEN/NOTIFY on the fixed channel ``skiplock``
+        (the finishing write notifies only jobs someone waits on), with a 1 s re-check as fallback."""
+        backend = self._ready()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        listener = backend.connect_listener()
+        try:
+            backend.add_waiter(job_id)
+            while True:
+                job = self.get_job(job_id)
+                if job.state == JobState.DONE:
+                    return job.result
+                if job.state in FINISHED:
+                    first_line = (job.last_error or "").splitlines()[0] if job.last_error else ""
+                    raise JobFailed(f"job {job_id} ended {job.state}: {first_line}", job)
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise WaitTimeout(f"job {job_id} did not finish within {timeout}s (it is {job.state})")
+                wait_for = 1.0 if remaining is None else min(1.0, remaining)
+                for _ in listener.notifies(timeout=wait_for, stop_after=1):
+                    pass
+        finally:
+            try:
+                backend.remove_waiter(job_id)
+            finally:
+                listener.close()
+
+    def prune(self, retention: Mapping[str, float | timedelta] | None = None, batch: int = 1000) -> dict[str, int]:
+        """Delete finished jobs older than their state's retention, in small batches that never lock
+        the queue (SKIP LOCKED) and one process at a time (an advisory lock). Returns counts deleted;
+        a state is absent if another process was pruning."""
+        backend = self._ready()
+        ages = self.retention if retention is None else _check_retention(retention)
+        deleted: dict[str, int] = {}
+        for state, age in ages.items():
+            total = 0
+            while True:
+                n = backend.prune(state, age, batch)
+                if n is None:
+                    break
+                total += n
+                if n < batch:
+                    deleted[state] = total
+                    break
+        backend.prune_ticks(max(ages.values(), default=86400.0) + 86400.0)
+        return deleted
+
+    # ---- periodic ------------------------------------------------------------------------------
+
+    def periodic(self, cron: str, *, name: str | None = None, args: Mapping[str, Any] | None = None,
+                 timezone: str = "UTC", missed: str = "skip", queue: str = "default", priority: int = 0,
+                 max_attempts: int = 5, retry: RetryPolicy | float | None = None, timeout: float | None = None
+                 ) -> Callable[[Callable[..., Any]], Task]:
+        """Register a task run on a cron schedule (standard 5-field syntax, in ``timezone``). Each tick
+        is enqueued exactly once however many workers run schedulers (a unique row per schedule and
+        tick). ``missed``: "skip" (default) ignores ticks that passed while no worker ran; "run_once"
+        enqueues one job for the latest missed tick when a scheduler starts."""
+        from .maintenance.periodic import Schedule
+
+        schedule_args = serialise_args(args, self.max_args_bytes)
+        Schedule.create("check", cron, schedule_args, timezone, missed)  # clear errors at decoration time
+
+        def register(fn: Callable[..., Any]) -> Task:
+            task = self.task(name, queue=queue, priority=priority, max_attempts=max_attempts, retry=retry,
+                             timeout=timeout)(fn)
+            self.schedules[task.name] = Schedule.create(task.name, cron, schedule_args, timezone, missed)
+            return task
+
+        return register
+
     # ---- working -----------------------------------------------------------------------------
 
     def worker(self, queues: Sequence[str] | None = None, concurrency: int = 4, **options: Any) -> "Worker":
@@ -360,3 +492,20 @@ class App:
         from .worker import Worker
 
         return Worker(self, queues=queues, concurrency=concurrency, **options)
+
+    # ---- outbox (docs/outbox.md) -------------------------------------------------------------
+
+    @property
+    def outbox(self) -> "Outbox":
+        """The transactional outbox: ``app.outbox.put(topic, payload, conn=your_conn)``."""
+        if getattr(self, "_outbox", None) is None:
+            from .outbox import Outbox
+
+            self._outbox = Outbox(self)
+        return self._outbox
+
+    def relay(self, sink: Any, **options: Any) -> "Relay":
+        """A relay delivering this app's outbox messages through ``sink`` (options: see Relay)."""
+        from .outbox import Relay
+
+        return Relay(self, sink, **options)

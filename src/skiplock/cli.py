@@ -133,11 +133,12 @@ def _parse_time(value: str | None) -> datetime | None:
 @click.option("--run-at", help="Not before this ISO 8601 time (with offset).")
 @click.option("--delay", type=float, help="Not before this many seconds from now.")
 @click.option("--max-attempts", type=int, help="Attempts before the job ends failed [5].")
+@click.option("--unique-key", help="At most one queued or running job per key; prints the holder's id.")
 @click.option("--app", "app_spec", envvar="SKIPLOCK_APP", help="module:app, to check TASK is registered.")
 @click.pass_obj
 @handle_errors
 def enqueue(obj: Context, task: str, args_json: str, args_file: Any, queue: str | None, priority: int | None, run_at: str | None,
-            delay: float | None, max_attempts: int | None, app_spec: str | None) -> None:
+            delay: float | None, max_attempts: int | None, unique_key: str | None, app_spec: str | None) -> None:
     """Enqueue one job of TASK and print its id."""
     if args_file is not None:
         args_json = args_file.read()
@@ -151,7 +152,7 @@ def enqueue(obj: Context, task: str, args_json: str, args_file: Any, queue: str 
     if app_spec:
         app.get_task(task)  # UnknownTask -> clear error
     job_id = app.enqueue(task, args, queue=queue, priority=priority, run_at=_parse_time(run_at), delay=delay,
-                         max_attempts=max_attempts)
+                         max_attempts=max_attempts, unique_key=unique_key)
     console.print(job_id, markup=False)
 
 
@@ -162,10 +163,11 @@ def enqueue(obj: Context, task: str, args_json: str, args_file: Any, queue: str 
 @click.option("--poll-interval", type=click.FloatRange(0.01, 60), default=0.5, show_default=True)
 @click.option("--stop-when-empty", is_flag=True, help="Exit once no job is available.")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO", show_default=True)
+@click.option("--no-maintenance", is_flag=True, help="Do not run the periodic scheduler and the pruner here.")
 @click.pass_obj
 @handle_errors
 def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, poll_interval: float,
-           stop_when_empty: bool, log_level: str) -> None:
+           stop_when_empty: bool, log_level: str, no_maintenance: bool) -> None:
     """Run a worker. SIGINT/SIGTERM: finish in-flight jobs and exit 0; a second signal aborts them."""
     logging.basicConfig(level=log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = obj.app(app_spec)
@@ -173,7 +175,8 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
     if queue_list is not None and not all(queue_list):
         fail(f"--queues has an empty name: {queues!r}")
     app.check()
-    w = app.worker(queues=queue_list, concurrency=concurrency, poll_interval=poll_interval)
+    w = app.worker(queues=queue_list, concurrency=concurrency, poll_interval=poll_interval,
+                   maintenance=not no_maintenance)
     logging.getLogger("skiplock.worker").info(
         "worker %s serving %s with %d slot(s); tasks: %s", w.name, ", ".join(queue_list) if queue_list else "all queues",
         concurrency, ", ".join(sorted(app.tasks)) or "none")
@@ -305,6 +308,9 @@ def server_stop(obj: Context) -> None:
     from .embedded import stop_server
 
     console.print("stopped" if stop_server(obj.data_dir) else "not running", markup=False)
+
+
+from . import cli_lifecycle  # noqa: E402,F401 - registers its commands on `cli`
 
 
 def main() -> None:

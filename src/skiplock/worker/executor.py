@@ -231,6 +231,8 @@ class Executor:
                 return outcome
             outcome = Cancelled("cancellation requested while the job ran")  # the guard refused 'done'
         state, delay, error, uncount = _row_for(outcome)
+        if uncount:
+            attempt -= 1  # a snooze gives its attempt back
         if _usable(conn):
             try:
                 if ran:

@@ -175,22 +175,29 @@ class PostgresBackend:
 
     # ---- producing ---------------------------------------------------------------------------
 
-    def enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[int]:
-        """Insert jobs in one statement; on ``conn`` they exist only if the caller commits."""
+    def enqueue_statement(self, jobs: Sequence[NewJob]) -> tuple[str, dict[str, Any]]:
+        """The one statement inserting ``jobs`` (ids come back in order), for any connection kind."""
         if len(jobs) == 1:
             j = jobs[0]
-            query = self.q["enqueue_one"]
-            params: dict[str, Any] = {
+            return self.q["enqueue_one"], {
                 "queue": j.queue, "task": j.task, "args": j.args_json,
                 "priority": j.priority, "max_attempts": j.max_attempts, "run_at": j.run_at,
             }
-        else:
-            query = self.q["enqueue_many"]
-            params = {
-                "queues": [j.queue for j in jobs], "tasks": [j.task for j in jobs],
-                "args": [j.args_json for j in jobs], "priorities": [j.priority for j in jobs],
-                "max_attempts": [j.max_attempts for j in jobs], "run_ats": [j.run_at for j in jobs],
-            }
+        return self.q["enqueue_many"], {
+            "queues": [j.queue for j in jobs], "tasks": [j.task for j in jobs],
+            "args": [j.args_json for j in jobs], "priorities": [j.priority for j in jobs],
+            "max_attempts": [j.max_attempts for j in jobs], "run_ats": [j.run_at for j in jobs],
+        }
+
+    def enqueue_unique_statement(self, job: NewJob, unique_key: str) -> tuple[str, dict[str, Any]]:
+        return self.q["enqueue_unique"], {
+            "queue": job.queue, "task": job.task, "args": job.args_json, "priority": job.priority,
+            "max_attempts": job.max_attempts, "run_at": job.run_at, "unique_key": unique_key,
+        }
+
+    def enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[int]:
+        """Insert jobs in one statement; on ``conn`` they exist only if the caller commits."""
+        query, params = self.enqueue_statement(jobs)
         if conn is not None:
             return [r[0] for r in conn.execute(query, params).fetchall()]
         with self._conn() as c:
@@ -271,8 +278,7 @@ class PostgresBackend:
 
     def enqueue_unique(self, job: NewJob, unique_key: str, conn: Any = None) -> tuple[int, bool]:
         """(id, created): the new job, or the queued/running one holding ``unique_key``."""
-        params = {"queue": job.queue, "task": job.task, "args": job.args_json, "priority": job.priority,
-                  "max_attempts": job.max_attempts, "run_at": job.run_at, "unique_key": unique_key}
+        _, params = self.enqueue_unique_statement(job, unique_key)
         for _ in range(10):  # the holder may finish between the conflict and the lookup: try again
             row = self._one("enqueue_unique", params, conn)
             if row:

@@ -1,0 +1,141 @@
+"""Lifecycle commands of the ``skiplock`` CLI: queues, pause/resume, cancel, retry, wait, prune."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import click
+from rich.table import Table
+
+from .cli import STATE_STYLE, Context, cli, console, fail, handle_errors
+from .job import JobState
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(value: str) -> float:
+    """'90', '90s', '15m', '12h', '7d', '2w' -> seconds."""
+    m = _DURATION.match(value)
+    if not m:
+        fail(f"not a duration: {value!r} (use e.g. 90s, 15m, 12h, 7d)")
+    return float(m.group(1)) * _UNIT[m.group(2)]
+
+
+@cli.command()
+@click.pass_obj
+@handle_errors
+def queues(obj: Context) -> None:
+    """Queues with their job counts and whether they are paused."""
+    app = obj.app()
+    states = [s.value for s in JobState]
+    table = Table(title=f"skiplock queues (schema {app.schema})")
+    table.add_column("queue")
+    table.add_column("paused")
+    for s in states:
+        table.add_column(s, justify="right", style=STATE_STYLE[s])
+    rows = app.queues()
+    for q in rows:
+        table.add_row(q["queue"], "[bold yellow]paused[/]" if q["paused"] else "", *(str(q["counts"].get(s, 0)) for s in states))
+    if not rows:
+        table.add_row("(no queues)", "", *("0" for _ in states))
+    console.print(table)
+
+
+@cli.command()
+@click.argument("queue")
+@click.option("--force", is_flag=True, help="Pause a queue no job has used yet.")
+@click.pass_obj
+@handle_errors
+def pause(obj: Context, queue: str, force: bool) -> None:
+    """Stop workers claiming from QUEUE (running workers honour it at once)."""
+    obj.app().pause_queue(queue, force=force)
+    console.print(f"paused {queue!r}", markup=False)
+
+
+@cli.command()
+@click.argument("queue")
+@click.pass_obj
+@handle_errors
+def resume(obj: Context, queue: str) -> None:
+    """Let workers claim from QUEUE again."""
+    if obj.app().resume_queue(queue):
+        console.print(f"resumed {queue!r}", markup=False)
+    else:
+        console.print(f"{queue!r} was not paused", markup=False)
+
+
+@cli.command()
+@click.argument("job_id", type=int)
+@click.option("--reason", default="cancelled from the command line", show_default=True)
+@click.option("--wait", "wait_seconds", type=click.FloatRange(0, 3600), default=10, show_default=True,
+              help="How long to wait for a running job to let go.")
+@click.pass_obj
+@handle_errors
+def cancel(obj: Context, job_id: int, reason: str, wait_seconds: float) -> None:
+    """Cancel a job: a queued one never runs; a running one is rolled back and ends cancelled."""
+    state = obj.app().cancel_job(job_id, reason=reason, wait=wait_seconds)
+    if state == JobState.CANCELLED:
+        console.print(f"job {job_id} cancelled", markup=False)
+    elif state in (JobState.DONE, JobState.FAILED):
+        console.print(f"job {job_id} had already finished: {state}", markup=False)
+    else:
+        console.print(f"job {job_id} is still {state}; it ends cancelled as soon as its handler lets go", markup=False)
+
+
+@cli.command()
+@click.argument("job_id", type=int, required=False)
+@click.option("--failed", "all_failed", is_flag=True, help="Every failed job (of --queue).")
+@click.option("--queue", help="With --failed: only this queue.")
+@click.pass_obj
+@handle_errors
+def retry(obj: Context, job_id: int | None, all_failed: bool, queue: str | None) -> None:
+    """Put a failed (or cancelled) job back in the queue, or every failed job with --failed."""
+    if (job_id is None) == (not all_failed):
+        fail("give a JOB_ID or --failed (not both)")
+    if queue is not None and not all_failed:
+        fail("--queue goes with --failed")
+    app = obj.app()
+    if job_id is not None:
+        app.retry_job(job_id)
+        console.print(f"job {job_id} queued again", markup=False)
+    else:
+        ids = app.retry_failed(queue)
+        console.print(f"{len(ids)} failed job(s) queued again", markup=False)
+
+
+@cli.command()
+@click.argument("job_id", type=int)
+@click.option("--timeout", type=click.FloatRange(0), help="Give up after this many seconds (exit 1).")
+@click.pass_obj
+@handle_errors
+def wait(obj: Context, job_id: int, timeout: float | None) -> None:
+    """Wait for a job to finish and print its result as JSON (exit 1 if it failed or timed out)."""
+    from .errors import JobFailed, WaitTimeout
+
+    try:
+        result = obj.app().wait(job_id, timeout=timeout)
+    except (JobFailed, WaitTimeout) as exc:
+        fail(str(exc), 1)
+    console.print(json.dumps(result), markup=False)
+
+
+@cli.command()
+@click.option("--done", "done_age", help="Keep done jobs this long [1d].")
+@click.option("--failed", "failed_age", help="Keep failed jobs this long [30d].")
+@click.option("--cancelled", "cancelled_age", help="Keep cancelled jobs this long [7d].")
+@click.pass_obj
+@handle_errors
+def prune(obj: Context, done_age: str | None, failed_age: str | None, cancelled_age: str | None) -> None:
+    """Delete finished jobs past their retention, in small batches that never lock the queue."""
+    app = obj.app()
+    retention = dict(app.retention)
+    for state, value in (("done", done_age), ("failed", failed_age), ("cancelled", cancelled_age)):
+        if value is not None:
+            retention[state] = parse_duration(value)
+    deleted = app.prune(retention)
+    if not deleted:
+        console.print("another process is pruning; nothing done", markup=False)
+    else:
+        console.print("deleted " + ", ".join(f"{n} {s}" for s, n in deleted.items()), markup=False)

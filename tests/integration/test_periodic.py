@@ -1,0 +1,114 @@
+"""Periodic jobs: exactly one job per tick however many schedulers run, missed-tick policies, zones."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+
+import skiplock
+from skiplock.maintenance.periodic import Schedule, Scheduler
+
+T0 = datetime(2026, 11, 30, 12, 0, 30, tzinfo=timezone.utc)
+
+
+def make_app(dsn: str, missed: str = "skip") -> skiplock.App:
+    app = skiplock.App(dsn)
+
+    @app.periodic("*/5 * * * *", name="report", args={"kind": "daily"}, missed=missed)
+    def report(job, kind):
+        return kind
+
+    return app
+
+
+def test_ten_schedulers_on_one_tick_enqueue_exactly_one_job(dsn, db):
+    apps = [make_app(dsn) for _ in range(10)]
+    schedulers = [Scheduler(a, clock=lambda: T0) for a in apps]
+    for s in schedulers:
+        s.catch_up(T0)
+    tick = datetime(2026, 11, 30, 12, 5, tzinfo=timezone.utc)
+    barrier = threading.Barrier(len(schedulers))
+    results: list[list[int]] = []
+
+    def fire(s: Scheduler) -> None:
+        barrier.wait()
+        results.append(s.run_due(tick + timedelta(milliseconds=1)))
+
+    threads = [threading.Thread(target=fire, args=(s,)) for s in schedulers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(len(r) for r in results) == [0] * 9 + [1]
+    rows = db.execute("SELECT task, args FROM skiplock.jobs").fetchall()
+    assert rows == [("report", {"kind": "daily"})]
+    assert db.execute("SELECT schedule, tick FROM skiplock.periodic_ticks").fetchall() == [("report", tick)]
+    for a in apps:
+        a.close()
+
+
+def test_each_tick_once_over_time_and_nothing_before_it_is_due(dsn, db):
+    app = make_app(dsn)
+    s = Scheduler(app)
+    s.catch_up(T0)
+    assert s.run_due(T0 + timedelta(minutes=4)) == []  # 12:05 not yet due
+    assert len(s.run_due(T0 + timedelta(minutes=4, seconds=31))) == 1  # 12:05:01
+    assert s.run_due(T0 + timedelta(minutes=5)) == []  # same tick again: nothing
+    assert len(s.run_due(T0 + timedelta(minutes=9, seconds=31))) == 1  # 12:10
+    ticks = [r[0].minute for r in db.execute("SELECT tick FROM skiplock.periodic_ticks ORDER BY tick")]
+    assert ticks == [5, 10]
+    app.close()
+
+
+def test_missed_ticks_are_skipped_by_default_and_run_once_on_request(dsn, db):
+    first = make_app(dsn)
+    s = Scheduler(first)
+    s.catch_up(T0)
+    s.run_due(T0 + timedelta(minutes=5))  # tick 12:05 enqueued, then "no worker runs" for an hour
+    first.close()
+    later = T0 + timedelta(hours=1)  # 13:00:30: ticks 12:10 ... 13:00 were missed
+
+    skipper = make_app(dsn, missed="skip")
+    Scheduler(skipper).catch_up(later)
+    assert db.execute("SELECT count(*) FROM skiplock.jobs").fetchone()[0] == 1
+    skipper.close()
+
+    catcher = make_app(dsn, missed="run_once")
+    Scheduler(catcher).catch_up(later)
+    Scheduler(catcher).catch_up(later)  # a second scheduler starting: still one catch-up job
+    ticks = [r[0] for r in db.execute("SELECT tick FROM skiplock.periodic_ticks ORDER BY tick")]
+    assert ticks == [datetime(2026, 11, 30, 12, 5, tzinfo=timezone.utc), datetime(2026, 11, 30, 13, 0, tzinfo=timezone.utc)]
+    catcher.close()
+
+
+def test_time_zones_follow_local_wall_clock():
+    paris = Schedule.create("x", "0 9 * * *", "{}", "Europe/Paris", "skip")
+    winter = paris.next_after(datetime(2026, 12, 1, 0, 0, tzinfo=timezone.utc))
+    summer = paris.next_after(datetime(2026, 7, 1, 0, 0, tzinfo=timezone.utc))
+    assert (winter.hour, summer.hour) == (8, 7)  # 09:00 in Paris is 08:00 UTC in winter, 07:00 in summer
+
+
+def test_a_worker_runs_the_scheduler_and_the_periodic_job(dsn, db):
+    app = skiplock.App(dsn)
+
+    @app.periodic("* * * * *", name="every_minute", missed="run_once")
+    def every_minute(job):
+        return "ran"
+
+    db.execute("INSERT INTO skiplock.periodic_ticks (schedule, tick) VALUES ('every_minute', now() - interval '1 hour')")
+    worker = app.worker(concurrency=1, poll_interval=0.02, handle_signals=False)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        import time
+
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if db.execute("SELECT count(*) FROM skiplock.jobs WHERE task = 'every_minute' AND state = 'done'").fetchone()[0]:
+                break
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert db.execute("SELECT result FROM skiplock.jobs WHERE task = 'every_minute'").fetchone()[0] == "ran"
+    app.close()
