@@ -232,3 +232,47 @@ def test_hostile_queue_name_is_stored_and_claimed_as_data(dsn, effects):
     listed = run_cli(dsn, "jobs", "--queue", hostile)
     assert listed.returncode == 0, listed.stderr
     assert [r[0] for r in table_row_cells(listed.stdout) if r[0].isdigit()] == [str(job_id)]
+
+
+# ---- lifecycle commands -----------------------------------------------------------------------------
+
+
+def test_lifecycle_commands(dsn, db, producer):
+    failed = producer.enqueue("no.such.task")
+    queued = producer.enqueue("effect", queue="mail")
+    worker = run_cli(dsn, "worker", "--app", "tasks_app:app", "--queues", "default", "--stop-when-empty",
+                     "--no-maintenance")
+    assert worker.returncode == 0, worker.stderr
+
+    listing = run_cli(dsn, "queues")
+    assert listing.returncode == 0 and "mail" in listing.stdout and "default" in listing.stdout
+
+    assert run_cli(dsn, "pause", "mail").returncode == 0
+    assert "paused" in run_cli(dsn, "queues").stdout
+    bad = run_cli(dsn, "pause", "never-used")
+    assert bad.returncode == 2 and "unknown queue" in bad.stderr and "Traceback" not in bad.stderr
+    assert run_cli(dsn, "pause", "never-used", "--force").returncode == 0
+    assert "resumed" in run_cli(dsn, "resume", "mail").stdout
+    assert "was not paused" in run_cli(dsn, "resume", "mail").stdout
+
+    cancelled = run_cli(dsn, "cancel", str(queued))
+    assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout
+    assert scalar(db, "SELECT state FROM skiplock.jobs WHERE id = %s", [queued]) == "cancelled"
+
+    retried = run_cli(dsn, "retry", "--failed")
+    assert retried.returncode == 0 and "1 failed job(s) queued again" in retried.stdout
+    assert scalar(db, "SELECT state FROM skiplock.jobs WHERE id = %s", [failed]) == "queued"
+    wrong = run_cli(dsn, "retry", str(failed))
+    assert wrong.returncode == 2 and "only failed or cancelled" in wrong.stderr
+    assert run_cli(dsn, "retry").returncode == 2
+
+    unique = [run_cli(dsn, "enqueue", "effect", "--unique-key", "k1").stdout.strip() for _ in range(2)]
+    assert unique[0] == unique[1]
+
+    db.execute("UPDATE skiplock.jobs SET finished_at = now() - interval '30 days' WHERE id = %s", [queued])
+    pruned = run_cli(dsn, "prune", "--cancelled", "1d")
+    assert pruned.returncode == 0 and "1 cancelled" in pruned.stdout
+    assert run_cli(dsn, "prune", "--done", "soon").returncode == 2
+
+    waited = run_cli(dsn, "wait", unique[0], "--timeout", "0.2")
+    assert waited.returncode == 1 and "did not finish" in waited.stderr
