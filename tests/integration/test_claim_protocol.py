@@ -9,7 +9,8 @@ from skiplock.backend.base import ClaimedJob
 
 
 def _claim(app, conn) -> ClaimedJob | None:
-    return app.backend.claim(conn, ["default"])
+    claimed = app.backend.claim(conn, ["default"])
+    return claimed[0] if claimed else None
 
 
 def test_two_lease_transactions_claim_different_rows_without_waiting(app, dsn):
@@ -48,9 +49,9 @@ def test_claim_order_is_priority_then_id_and_skips_future_run_at(app, dsn):
 
 
 @pytest.mark.parametrize("query, arg, index", [
-    ("claim_one", "('default')", "jobs_claim_idx"),
-    ("claim_one_of_queues", "(ARRAY['default', 'x'])", "jobs_claim_any_idx"),
-    ("claim_one_any_queue", "", "jobs_claim_any_idx"),
+    ("claim", "('default', 1)", "jobs_claim_idx"),
+    ("claim_of_queues", "(ARRAY['default', 'x'], 1)", "jobs_claim_any_idx"),
+    ("claim_any_queue", "(1)", "jobs_claim_any_idx"),
 ])
 def test_claim_is_an_index_scan_that_never_reads_finished_rows(app, db, query, arg, index):
     """A large history of finished jobs and a backlog: the claim walks the partial index in order."""
@@ -61,6 +62,7 @@ def test_claim_is_an_index_scan_that_never_reads_finished_rows(app, db, query, a
     db.execute("ANALYZE skiplock.jobs")
     with db.cursor() as cur:
         sql = app.backend.q[query].replace("%(queues)s", "$1::text[]").replace("%(queue)s", "$1::text")
+        sql = sql.replace("%(limit)s", "$2::int" if "$1" in sql else "$1::int")
         cur.execute("PREPARE claim AS " + sql)
         cur.execute("SET plan_cache_mode = force_generic_plan")  # what a prepared claim runs with
         plan = "\n".join(r[0] for r in cur.execute("EXPLAIN EXECUTE claim" + arg).fetchall())
@@ -109,3 +111,10 @@ def test_lease_connections_carry_session_bounds(app):
     finally:
         conn.close()
         backend.close()
+
+
+def test_batch_claim_locks_several_rows_in_order(app, dsn):
+    ids = app.enqueue_many([("a", {})] * 5)
+    with psycopg.connect(dsn) as a, psycopg.connect(dsn) as b:
+        assert [j.id for j in app.backend.claim(a, ["default"], limit=3)] == ids[:3]
+        assert [j.id for j in app.backend.claim(b, ["default"], limit=3)] == ids[3:]  # skips A's three

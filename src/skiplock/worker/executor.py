@@ -24,6 +24,7 @@ import inspect
 import json
 import logging
 import threading
+import time
 import traceback
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -108,7 +109,26 @@ class Executor:
 
     # ---- running -------------------------------------------------------------------------------
 
+    def run_batch(self, conn: psycopg.Connection[Any], batch: list[ClaimedJob], slot: str, budget: float,
+                  stopping: threading.Event) -> list[Outcome]:
+        """Run claimed jobs one after another in their one lease transaction, then COMMIT. Returns the
+        outcomes that are durable. Stops early (the jobs not started are released untouched by the
+        COMMIT) once ``budget`` seconds have passed or the worker is stopping. If the lease ends
+        mid-batch (timeout abandon), the earlier jobs' work was rolled back with it: they run again."""
+        outcomes: list[Outcome] = []
+        deadline = time.monotonic() + budget
+        for i, claimed in enumerate(batch):
+            if i and (time.monotonic() > deadline or stopping.is_set()):
+                break
+            outcome = self.run(conn, claimed, slot)
+            if conn.closed:  # the lease was ended on purpose; only this job's outcome was recorded
+                return [outcome]
+            outcomes.append(outcome)
+        conn.commit()
+        return outcomes
+
     def run(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, slot: str) -> Outcome:
+        """Run one job and write its outcome in the lease transaction (not committed here)."""
         started_at = claimed.claimed_at  # the database's clock, like finished_at
         attempt, cancel_reason = self._start_attempt(claimed, slot, conn.info.backend_pid)
         if cancel_reason is not None:
@@ -227,7 +247,6 @@ class Executor:
             # A failure here (connection lost before or during COMMIT) propagates: the server either
             # committed (the guard makes any later failure record a no-op) or rolled back (queued).
             if backend.complete(conn, claimed, attempt, outcome.result, started_at, slot):
-                conn.commit()
                 return outcome
             outcome = Cancelled("cancellation requested while the job ran")  # the guard refused 'done'
         state, delay, error, uncount = _row_for(outcome)
@@ -239,7 +258,6 @@ class Executor:
                     backend.rollback_to_savepoint(conn)
                 written = backend.record_outcome(conn, claimed, attempt, state=state, delay=delay, error=error,
                                                  started_at=started_at, worker=slot, uncount=uncount)
-                conn.commit()
                 return _as_written(outcome, written)
             except psycopg.OperationalError:
                 pass  # the connection died under us: record from a fresh one below

@@ -26,6 +26,7 @@ from ..maintenance.periodic import Scheduler
 from ..maintenance.pruner import Pruner
 from ..maintenance.service import Service
 from .executor import Executor
+from .listener import Listener
 
 if TYPE_CHECKING:
     from ..app import App
@@ -63,7 +64,8 @@ class Worker:
 
     def __init__(self, app: "App", queues: Sequence[str] | None = None, concurrency: int = 4, *,
                  poll_interval: float = 0.5, name: str | None = None, handle_signals: bool = True,
-                 max_reconnect_delay: float = 30.0, maintenance: bool = True, prune_interval: float = 60.0):
+                 max_reconnect_delay: float = 30.0, maintenance: bool = True, prune_interval: float = 60.0,
+                 batch_size: int = 1, batch_budget: float = 0.05, listen: bool = True):
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         if queues is not None:
@@ -79,6 +81,13 @@ class Worker:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.handle_signals = handle_signals
         self.max_reconnect_delay = max_reconnect_delay
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= 1000:
+            raise ValueError(f"batch_size must be an integer from 1 to 1000, got {batch_size!r}")
+        self.batch_size = batch_size
+        self.batch_budget = batch_budget
+        self.listen = listen
+        self.listener: Listener | None = None
+        self._wake_up = threading.Condition()
         self.maintenance = maintenance
         self.prune_interval = prune_interval
         self.services: list[Service] = []
@@ -91,9 +100,20 @@ class Worker:
 
     # ---- control -------------------------------------------------------------------------------
 
+    def wake(self) -> None:
+        """Wake idle slots to claim now (called on NOTIFY)."""
+        with self._wake_up:
+            self._wake_up.notify_all()
+
+    def _idle(self) -> None:
+        with self._wake_up:
+            if not self._stopping.is_set():
+                self._wake_up.wait(self.poll_interval)
+
     def stop(self, abort: bool = False) -> None:
         """Stop claiming. With ``abort``, also end in-flight jobs: their transactions roll back."""
         self._stopping.set()
+        self.wake()
         if abort and not self.stats.aborted:
             self.stats.aborted = True
             pids = [c.info.backend_pid for i, c in list(self._conns.items()) if i in self._busy and not c.closed]
@@ -129,7 +149,12 @@ class Worker:
             self.services.append(Pruner(self.app, self.prune_interval))
         threads = [threading.Thread(target=self._slot, args=(i, executor), name=f"skiplock-slot-{i}", daemon=True)
                    for i in range(self.concurrency)]
+        if self.listen:
+            backend = self.app.backend
+            self.listener = Listener(backend.connect_listener, backend.wake_payload, self.wake, self._stopping)
         try:
+            if self.listener is not None:
+                self.listener.start()
             for service in self.services:
                 service.start()
             for t in threads:
@@ -145,6 +170,9 @@ class Worker:
                         log.warning("in-flight handlers did not return after abort; leaving them (their sessions are gone)")
                         break
         finally:
+            self._stopping.set()
+            if self.listener is not None:
+                self.listener.stop()
             for service in self.services:
                 service.stop()
             executor.close()
@@ -167,16 +195,17 @@ class Worker:
                         self._conns[index] = conn
                         if delay:
                             log.warning("slot %s: reconnected to the database", slot_name)
-                    claimed = backend.claim(conn, self.queues)
-                    if claimed is None:
+                    claimed = backend.claim(conn, self.queues, self.batch_size)
+                    if not claimed:
                         conn.rollback()
                         if self._stop_when_empty:
                             return
-                        self._stopping.wait(self.poll_interval)
+                        self._idle()
                         continue
                     self._busy.add(index)
                     try:
-                        self.stats.count(executor.run(conn, claimed, slot_name))
+                        for outcome in executor.run_batch(conn, claimed, slot_name, self.batch_budget, self._stopping):
+                            self.stats.count(outcome)
                     finally:
                         self._busy.discard(index)
                     delay = 0.0

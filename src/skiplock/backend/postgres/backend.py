@@ -69,6 +69,8 @@ class PostgresBackend:
         self.schema = schema
         self.lease_timeout = lease_timeout
         self.q = load_queries(schema)
+        # NOTIFY payloads on the fixed channel `skiplock` (a channel is never named from user input).
+        self.wake_payload = f"enqueued:{schema}"
         self._pool: ConnectionPool | None = None
         self._pool_size = pool_size
         self._lock = threading.Lock()
@@ -180,18 +182,18 @@ class PostgresBackend:
         if len(jobs) == 1:
             j = jobs[0]
             return self.q["enqueue_one"], {
-                "queue": j.queue, "task": j.task, "args": j.args_json,
+                "wake": self.wake_payload, "queue": j.queue, "task": j.task, "args": j.args_json,
                 "priority": j.priority, "max_attempts": j.max_attempts, "run_at": j.run_at,
             }
         return self.q["enqueue_many"], {
-            "queues": [j.queue for j in jobs], "tasks": [j.task for j in jobs],
+            "wake": self.wake_payload, "queues": [j.queue for j in jobs], "tasks": [j.task for j in jobs],
             "args": [j.args_json for j in jobs], "priorities": [j.priority for j in jobs],
             "max_attempts": [j.max_attempts for j in jobs], "run_ats": [j.run_at for j in jobs],
         }
 
     def enqueue_unique_statement(self, job: NewJob, unique_key: str) -> tuple[str, dict[str, Any]]:
         return self.q["enqueue_unique"], {
-            "queue": job.queue, "task": job.task, "args": job.args_json, "priority": job.priority,
+            "wake": self.wake_payload, "queue": job.queue, "task": job.task, "args": job.args_json, "priority": job.priority,
             "max_attempts": job.max_attempts, "run_at": job.run_at, "unique_key": unique_key,
         }
 
@@ -205,14 +207,15 @@ class PostgresBackend:
 
     # ---- the lease ---------------------------------------------------------------------------
 
-    def claim(self, conn: psycopg.Connection[Any], queues: Sequence[str] | None) -> ClaimedJob | None:
+    def claim(self, conn: psycopg.Connection[Any], queues: Sequence[str] | None, limit: int = 1) -> list[ClaimedJob]:
+        """Lock up to ``limit`` available jobs in this connection's transaction (the lease)."""
         if queues and len(queues) == 1:
-            row = conn.execute(self.q["claim_one"], {"queue": queues[0]}).fetchone()
+            rows = conn.execute(self.q["claim"], {"queue": queues[0], "limit": limit}).fetchall()
         elif queues:
-            row = conn.execute(self.q["claim_one_of_queues"], {"queues": list(queues)}).fetchone()
+            rows = conn.execute(self.q["claim_of_queues"], {"queues": list(queues), "limit": limit}).fetchall()
         else:
-            row = conn.execute(self.q["claim_one_any_queue"]).fetchone()
-        return ClaimedJob(*row) if row else None
+            rows = conn.execute(self.q["claim_any_queue"], {"limit": limit}).fetchall()
+        return [ClaimedJob(*row) for row in rows]
 
     def start_attempt(self, conn: psycopg.Connection[Any], job: ClaimedJob, worker: str,
                       lease_pid: int | None) -> tuple[int, str | None]:

@@ -5,39 +5,41 @@
 -- name: schema_version
 SELECT max(version) FROM {schema}.schema_version;
 
--- name: claim_one
+-- name: claim
 -- The seed's claim, at READ COMMITTED, inside the job's transaction: the first available row in
 -- (priority, id) order that no other transaction has locked. SKIP LOCKED skips row locks held by
 -- other workers without waiting; the lock lasts until this transaction ends, so COMMIT (done) or
 -- any rollback (exception, kill, lost connection) is the end of the lease. This order is per
 -- claim, not a global FIFO: a locked earlier row is skipped. One queue: jobs_claim_idx, in order.
+-- %(limit)s > 1 claims a batch: the jobs then run one after another in this one transaction, each in
+-- its own savepoint, and are released (untouched) at COMMIT if the batch stops early.
 -- claimed_at is the transaction's start: the lease began there.
 SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, now() AS claimed_at
   FROM {schema}.jobs
  WHERE state = 'queued' AND queue = %(queue)s AND run_at <= now()
    AND NOT EXISTS (SELECT 1 FROM {schema}.paused_queues WHERE queue = %(queue)s)
  ORDER BY priority, id
- LIMIT 1
+ LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
 
--- name: claim_one_of_queues
+-- name: claim_of_queues
 -- The same over several queues: walks jobs_claim_any_idx in (priority, id) order, filtering queue.
 SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, now() AS claimed_at
   FROM {schema}.jobs
  WHERE state = 'queued' AND queue = ANY(%(queues)s) AND run_at <= now()
    AND queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues))  -- evaluated once per claim
  ORDER BY priority, id
- LIMIT 1
+ LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
 
--- name: claim_one_any_queue
+-- name: claim_any_queue
 -- Every queue: jobs_claim_any_idx, in order.
 SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, now() AS claimed_at
   FROM {schema}.jobs
  WHERE state = 'queued' AND run_at <= now()
    AND queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues))  -- evaluated once per claim
  ORDER BY priority, id
- LIMIT 1
+ LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
 
 -- name: start_attempt
@@ -113,19 +115,26 @@ SELECT upd.state,
 
 -- name: enqueue_many
 -- One statement for any number of jobs: parallel arrays unnested in order; ids come back in
--- input order.
+-- input order. One NOTIFY on the fixed channel `skiplock` wakes idle workers when the inserting
+-- transaction commits (a hint only: workers also poll).
+WITH ins AS (
 INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, run_at)
 SELECT queue, task, args, priority, max_attempts, coalesce(run_at, now())
   FROM unnest(%(queues)s::text[], %(tasks)s::text[], %(args)s::text[]::jsonb[], %(priorities)s::int[],
               %(max_attempts)s::int[], %(run_ats)s::timestamptz[])
        WITH ORDINALITY AS j(queue, task, args, priority, max_attempts, run_at, n)
  ORDER BY n
-RETURNING id;
+RETURNING id),
+wake AS (SELECT pg_notify('skiplock', %(wake)s))
+SELECT id FROM ins, wake;
 
 -- name: enqueue_one
+WITH ins AS (
 INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, run_at)
 VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s, %(max_attempts)s, coalesce(%(run_at)s, now()))
-RETURNING id;
+RETURNING id),
+wake AS (SELECT pg_notify('skiplock', %(wake)s))
+SELECT id FROM ins, wake;
 
 -- name: get_job
 SELECT j.id, j.queue, j.task, j.args, j.priority, j.state,
@@ -184,8 +193,9 @@ INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, run_at, un
 VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s, %(max_attempts)s, coalesce(%(run_at)s, now()),
         %(unique_key)s)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'running') DO NOTHING
-RETURNING id)
-SELECT id, true FROM ins
+RETURNING id),
+wake AS (SELECT pg_notify('skiplock', %(wake)s))
+SELECT id, true FROM ins, wake
 UNION ALL
 SELECT id, false FROM {schema}.jobs
  WHERE unique_key = %(unique_key)s AND state IN ('queued', 'running') AND NOT EXISTS (SELECT 1 FROM ins);
