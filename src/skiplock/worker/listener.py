@@ -29,6 +29,7 @@ class Listener:
         self._max_backoff = max_backoff
         self.notifications = 0
         self.reconnects = 0
+        self.listening = threading.Event()  # set while a LISTEN connection is up
         self._conn: psycopg.Connection | None = None
         self._thread = threading.Thread(target=self._run, name="skiplock-listener", daemon=True)
 
@@ -45,6 +46,7 @@ class Listener:
         while not self._stopping.is_set():
             try:
                 self._conn = self._connect()
+                self.listening.set()
                 if delay:
                     log.info("listener reconnected; polling once for anything missed")
                 self._wake()  # anything enqueued while we were not listening is found by this poll
@@ -63,6 +65,7 @@ class Listener:
                             str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, delay)
                 self._stopping.wait(delay)
             finally:
+                self.listening.clear()
                 if self._conn is not None:
                     self._conn.close()
                     self._conn = None
