@@ -47,6 +47,8 @@ class Task:
     max_attempts: int = 5
     retry: RetryPolicy = as_policy(None)
     timeout: float | None = None
+    lease: str = "transaction"
+    lease_seconds: float = 60.0
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -219,9 +221,15 @@ class App:
     # ---- tasks -------------------------------------------------------------------------------
 
     def task(self, name: str | None = None, *, queue: str = "default", priority: int = 0, max_attempts: int = 5,
-             retry: RetryPolicy | float | None = None, timeout: float | None = None
-             ) -> Callable[[Callable[..., Any]], Task]:
+             retry: RetryPolicy | float | None = None, timeout: float | None = None, lease: str = "transaction",
+             lease_seconds: float = 60.0) -> Callable[[Callable[..., Any]], Task]:
         """Register ``fn`` as a task. It is called as ``fn(job, **job.args)`` (``async def`` works too).
+
+        ``lease="transaction"`` (default): the job runs inside its claim transaction; its writes
+        through ``job.conn`` commit with its completion (exactly once). ``lease="claimed"``: for long
+        jobs -- a short transaction marks it running with an owner and a lease of ``lease_seconds``,
+        renewed by heartbeat while the handler runs; an expired lease is rescued back to the queue.
+        See docs/leases.md for when to use which.
 
         ``timeout`` (seconds): past it, the job's transaction is ended by PostgreSQL and the worker
         stops waiting for the handler; the attempt fails with a timeout error and is retried or failed
@@ -233,12 +241,18 @@ class App:
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                     or not math.isfinite(timeout) or timeout <= 0):
             raise ConfigurationError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if lease not in ("transaction", "claimed"):
+            raise ConfigurationError(f"lease must be 'transaction' or 'claimed', got {lease!r}")
+        if (isinstance(lease_seconds, bool) or not isinstance(lease_seconds, (int, float))
+                or not math.isfinite(lease_seconds) or not 1 <= lease_seconds <= 86400):
+            raise ConfigurationError(f"lease_seconds must be between 1 and 86400, got {lease_seconds!r}")
 
         def register(fn: Callable[..., Any]) -> Task:
             task_name = name or f"{fn.__module__}.{fn.__qualname__}"
             if task_name in self.tasks and self.tasks[task_name].fn is not fn:
                 raise ConfigurationError(f"task {task_name!r} is already registered")
-            t = Task(task_name, fn, queue, priority, max_attempts, policy, None if timeout is None else float(timeout))
+            t = Task(task_name, fn, queue, priority, max_attempts, policy, None if timeout is None else float(timeout),
+                     lease, float(lease_seconds))
             self.tasks[task_name] = t
             return t
 
@@ -369,7 +383,7 @@ class App:
             raise JobNotFound(f"no job with id {job_id}")
         deadline = time.monotonic() + wait
         while True:
-            if backend.cancel_if_unlocked(job_id):
+            if backend.cancel_if_unlocked(job_id) or backend.cancel_running(job_id):
                 return JobState.CANCELLED
             current = self.get_job(job_id).state
             if current in FINISHED:

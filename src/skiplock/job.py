@@ -47,6 +47,7 @@ class Job:
     result: Any = None
     worker: str | None = None
     unique_key: str | None = None
+    lease_expires_at: datetime | None = None
     conn: "psycopg.Connection[Any] | None" = field(default=None, repr=False, compare=False)
 
     @property
@@ -117,4 +118,11 @@ class Cancelled:
     reason: str
 
 
-Outcome = Done | RetryLater | Failed | Snoozed | Cancelled
+@dataclass(frozen=True)
+class LeaseLost:
+    """Claimed lease: the job was rescued or cancelled meanwhile; our finishing write was refused."""
+
+    attempted: "Outcome"
+
+
+Outcome = Done | RetryLater | Failed | Snoozed | Cancelled | LeaseLost

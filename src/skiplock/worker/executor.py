@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 import traceback
+import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -33,10 +34,12 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from ..backend.base import ClaimedJob
-from ..job import Cancel, Cancelled, Done, Failed, Job, JobState, Outcome, Retry, RetryLater, Snooze, Snoozed
+from ..job import (Cancel, Cancelled, Done, Failed, Job, JobState, LeaseLost, Outcome, Retry, RetryLater, Snooze,
+                   Snoozed)
 
 if TYPE_CHECKING:
     from ..app import App, Task
+    from .heartbeat import Heartbeat
 
 log = logging.getLogger("skiplock.worker")
 
@@ -76,8 +79,9 @@ def _usable(conn: psycopg.Connection[Any]) -> bool:
 class Executor:
     """Executes claimed jobs for one worker; shared by its slots (it holds no per-job state)."""
 
-    def __init__(self, app: "App", worker_name: str):
+    def __init__(self, app: "App", worker_name: str, heartbeat: "Heartbeat | None" = None):
         self.app = app
+        self.heartbeat = heartbeat
         self.backend = app.backend
         self.worker_name = worker_name
         self._attempts_conn: psycopg.Connection[Any] | None = None
@@ -120,6 +124,11 @@ class Executor:
         for i, claimed in enumerate(batch):
             if i and (time.monotonic() > deadline or stopping.is_set()):
                 break
+            task = self.app.tasks.get(claimed.task)
+            if task is not None and task.lease == "claimed":
+                if i:  # it commits the claim transaction: let it lead a batch of its own
+                    break
+                return [self.run_claimed(conn, claimed, task, slot)]
             outcome = self.run(conn, claimed, slot)
             if conn.closed:  # the lease was ended on purpose; only this job's outcome was recorded
                 return [outcome]
@@ -153,27 +162,98 @@ class Executor:
                   priority=claimed.priority, state=JobState.QUEUED, attempts=attempt,
                   max_attempts=claimed.max_attempts, run_at=claimed.run_at, created_at=claimed.created_at,
                   started_at=started_at, worker=slot, conn=conn)
+        outcome = self._handle(task, job, claimed, attempt, conn)
+        if isinstance(outcome, Done) and (conn.closed or conn.info.transaction_status != TransactionStatus.INTRANS):
+            error = RuntimeError("the handler ended the job's transaction (commit/rollback on job.conn); the lease "
+                                 "was lost. Handlers must leave job.conn's transaction open.")
+            outcome = decide_failure(task, attempt, claimed.max_attempts, format_error(error), error)
+        return self._write(conn, claimed, attempt, outcome, started_at, slot, True)
+
+    def run_claimed(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, task: "Task", slot: str) -> Outcome:
+        """Claimed lease: mark the job running with our owner token and a lease, COMMIT (the attempt
+        is now durable and the row lock released), run the handler while the heartbeat renews the
+        lease, then finish with a write fenced on state and owner. The handler's writes through
+        ``job.conn`` commit with that fenced write, so they vanish too if the lease was lost."""
+        backend = self.backend
+        owner = uuid.uuid4()
+        started = backend.start_claimed(conn, claimed, owner, task.lease_seconds, slot)
+        conn.commit()
+        if started is None:  # not queued any more (cannot happen while we held its lock)
+            return LeaseLost(Failed("not queued when claimed"))
+        attempt, cancel_reason = started
+        started_at = claimed.claimed_at
+        if cancel_reason is not None:
+            return self._finish_claimed(conn, claimed, attempt - 1, Cancelled(cancel_reason), started_at, slot, owner)
+        if self.heartbeat is not None:
+            self.heartbeat.hold(claimed.id, owner, task.lease_seconds)
+        job = Job(id=claimed.id, queue=claimed.queue, task=claimed.task, args=claimed.args,
+                  priority=claimed.priority, state=JobState.RUNNING, attempts=attempt,
+                  max_attempts=claimed.max_attempts, run_at=claimed.run_at, created_at=claimed.created_at,
+                  started_at=started_at, worker=slot, conn=conn)
+        try:
+            outcome = self._handle(task, job, claimed, attempt, conn)
+        finally:
+            if self.heartbeat is not None:
+                self.heartbeat.release(claimed.id)
+        return self._finish_claimed(conn, claimed, attempt, outcome, started_at, slot, owner)
+
+    def _finish_claimed(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, attempt: int, outcome: Outcome,
+                        started_at: datetime, slot: str, owner: uuid.UUID) -> Outcome:
+        backend = self.backend
+        if isinstance(outcome, Done) and not conn.closed and not conn.broken:
+            try:
+                if backend.complete(conn, claimed, attempt, outcome.result, started_at, slot, owner):
+                    conn.commit()
+                    return outcome
+                conn.rollback()  # refused: the handler's writes go with it
+                return self._lost(claimed, outcome)
+            except psycopg.OperationalError:
+                outcome = RetryLater(0.0, "the connection was lost before the job's completion committed")
+        elif isinstance(outcome, Done):
+            outcome = RetryLater(0.0, "the connection was lost before the job's completion committed")
+        state, delay, error, uncount = _row_for(outcome)
+        if uncount:
+            attempt -= 1
+        broken = conn.closed or conn.broken
+        if not broken:
+            try:
+                conn.rollback()
+            except psycopg.Error:
+                broken = True
+        written = backend.record_outcome(None if broken else conn, claimed, attempt, state=state, delay=delay,
+                                         error=error, started_at=started_at, worker=slot, uncount=False, owner=owner)
+        if not broken:
+            conn.commit()
+        if written is None:
+            return self._lost(claimed, outcome)
+        return _as_written(outcome, written)
+
+    @staticmethod
+    def _lost(claimed: ClaimedJob, outcome: Outcome) -> Outcome:
+        log.warning("job %s: lost its lease (rescued or cancelled meanwhile); our finishing write was refused",
+                    claimed.id)
+        return LeaseLost(outcome)
+
+    def _handle(self, task: "Task", job: Job, claimed: ClaimedJob, attempt: int,
+                conn: psycopg.Connection[Any]) -> Outcome:
+        """Call the handler and turn what happened into an outcome (nothing is written here)."""
         try:
             result = self._call(task, job, claimed.args)
             if isinstance(result, Snooze):
                 raise result
-            outcome: Outcome = Done(self._result_json(result))
-            if conn.closed or conn.info.transaction_status != TransactionStatus.INTRANS:
-                raise RuntimeError("the handler ended the job's transaction (commit/rollback on job.conn); "
-                                   "the lease was lost. Handlers must leave job.conn's transaction open.")
+            return Done(self._result_json(result))
         except Snooze as snooze:
-            outcome = Snoozed(snooze.seconds)
+            return Snoozed(snooze.seconds)
         except Cancel as cancel:
-            outcome = Cancelled(cancel.reason)
+            return Cancelled(cancel.reason)
         except BaseException as caught:  # noqa: BLE001 - every failure is recorded, even BaseException
             # (SystemExit or KeyboardInterrupt raised by a handler is recorded and not re-raised: one
             # bad handler must not take the slot down).
             if isinstance(caught, JobTimeout):
                 self._abandon(conn)
-            outcome = decide_failure(task, attempt, claimed.max_attempts, format_error(caught), caught)
             log.warning("job %s (%s) attempt %s/%s failed: %s: %s", claimed.id, claimed.task, attempt,
                         claimed.max_attempts, type(caught).__qualname__, caught)
-        return self._write(conn, claimed, attempt, outcome, started_at, slot, True)
+            return decide_failure(task, attempt, claimed.max_attempts, format_error(caught), caught)
 
     def _call(self, task: "Task", job: Job, args: dict[str, Any]) -> Any:
         """The handler, in this thread, or in its own thread when the task has a timeout (so a

@@ -21,11 +21,13 @@ from typing import TYPE_CHECKING, Any, Sequence
 import psycopg
 
 from ..errors import DatabaseUnavailable
-from ..job import Cancelled, Done, Failed, RetryLater, Snoozed
+from ..job import Cancelled, Done, Failed, LeaseLost, RetryLater, Snoozed
 from ..maintenance.periodic import Scheduler
 from ..maintenance.pruner import Pruner
+from ..maintenance.rescuer import Rescuer
 from ..maintenance.service import Service
 from .executor import Executor
+from .heartbeat import Heartbeat
 from .listener import Listener
 
 if TYPE_CHECKING:
@@ -41,6 +43,7 @@ class WorkerStats:
     failed: int = 0
     snoozed: int = 0
     cancelled: int = 0
+    lost: int = 0
     reconnects: int = 0
     aborted: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -57,6 +60,8 @@ class WorkerStats:
                 self.snoozed += 1
             elif isinstance(outcome, Cancelled):
                 self.cancelled += 1
+            elif isinstance(outcome, LeaseLost):
+                self.lost += 1
 
 
 class Worker:
@@ -65,7 +70,8 @@ class Worker:
     def __init__(self, app: "App", queues: Sequence[str] | None = None, concurrency: int = 4, *,
                  poll_interval: float = 0.5, name: str | None = None, handle_signals: bool = True,
                  max_reconnect_delay: float = 30.0, maintenance: bool = True, prune_interval: float = 60.0,
-                 batch_size: int = 1, batch_budget: float = 0.05, listen: bool = True):
+                 batch_size: int = 1, batch_budget: float = 0.05, listen: bool = True,
+                 rescue_interval: float = 5.0):
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         if queues is not None:
@@ -85,6 +91,7 @@ class Worker:
             raise ValueError(f"batch_size must be an integer from 1 to 1000, got {batch_size!r}")
         self.batch_size = batch_size
         self.batch_budget = batch_budget
+        self.rescue_interval = rescue_interval
         self.listen = listen
         self.listener: Listener | None = None
         self._wake_up = threading.Condition()
@@ -138,12 +145,17 @@ class Worker:
         """Run until stopped (or, with ``stop_when_empty``, until no job is available)."""
         self.app._ready()  # clear error now if the database or schema is not usable
         self._stop_when_empty = stop_when_empty
-        executor = Executor(self.app, self.name)
+        claimed_leases = [t.lease_seconds for t in self.app.tasks.values() if t.lease == "claimed"]
+        heartbeat = Heartbeat(self.app.backend, min(claimed_leases) / 3) if claimed_leases else None
+        executor = Executor(self.app, self.name, heartbeat)
         previous: dict[int, Any] = {}
         if self.handle_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 previous[sig] = signal.signal(sig, self._on_signal)
+        if heartbeat is not None:
+            self.services.append(heartbeat)
         if self.maintenance:
+            self.services.append(Rescuer(self.app, self.rescue_interval))
             if self.app.schedules:
                 self.services.append(Scheduler(self.app))
             self.services.append(Pruner(self.app, self.prune_interval))

@@ -12,6 +12,7 @@ Two kinds of connection:
 from __future__ import annotations
 
 import threading
+import uuid
 from datetime import datetime
 from typing import Any, Sequence
 
@@ -242,19 +243,21 @@ class PostgresBackend:
             conn.execute(self.q["set_local_transaction_timeout"], {"value": value})
 
     def complete(self, conn: psycopg.Connection[Any], job: ClaimedJob, attempt: int, result_json: str | None,
-                 started_at: datetime, worker: str) -> bool:
-        """False if the job was not written done (a cancellation was requested)."""
+                 started_at: datetime, worker: str, owner: uuid.UUID | None = None) -> bool:
+        """False if the job was not written done (a cancellation was requested, or -- claimed lease --
+        the lease is no longer ``owner``'s)."""
         row = conn.execute(self.q["complete"], {"id": job.id, "attempt": attempt, "result": result_json,
-                                                "started_at": started_at, "worker": worker,
+                                                "started_at": started_at, "worker": worker, "owner": owner,
                                                 "notice": self.notice(job.id)}).fetchone()
         return bool(row[0])
 
     def record_outcome(self, conn: psycopg.Connection[Any] | None, job: ClaimedJob, attempt: int, *, state: str,
                        delay: float | None, error: str | None, started_at: datetime, worker: str,
-                       uncount: bool = False) -> str | None:
-        """Write a retry/failed/cancelled outcome; returns the state written, None if skipped."""
+                       uncount: bool = False, owner: uuid.UUID | None = None) -> str | None:
+        """Write a retry/failed/cancelled outcome; returns the state written, None if skipped (or,
+        claimed lease, fenced off because the lease is no longer ``owner``'s)."""
         row = self._one("record_outcome", {
-            "id": job.id, "attempt": attempt, "state": state, "delay": delay, "error": error,
+            "id": job.id, "attempt": attempt, "state": state, "delay": delay, "error": error, "owner": owner,
             "started_at": started_at, "worker": worker, "uncount": uncount, "notice": self.notice(job.id)}, conn)
         return row[0] if row else None
 
@@ -352,6 +355,25 @@ class PostgresBackend:
 
     def last_tick(self, schedule: str) -> datetime | None:
         return self._one("last_tick", {"schedule": schedule})[0]
+
+    # ---- the claimed lease -------------------------------------------------------------------
+
+    def start_claimed(self, conn: psycopg.Connection[Any], job: ClaimedJob, owner: uuid.UUID, lease: float,
+                      worker: str) -> tuple[int, str | None] | None:
+        row = self._one("start_claimed", {"id": job.id, "owner": owner, "lease": lease, "worker": worker}, conn)
+        return (int(row[0]), row[1]) if row else None
+
+    def heartbeat(self, leases: Sequence[tuple[int, uuid.UUID, float]]) -> set[int]:
+        """Extend these leases; returns the ids still owned."""
+        rows = self._all("heartbeat", {"ids": [x[0] for x in leases], "owners": [x[1] for x in leases],
+                                       "leases": [x[2] for x in leases]})
+        return {r[0] for r in rows}
+
+    def rescue_expired(self, batch: int = 1000) -> list[tuple[int, str]]:
+        return [(r[0], r[1]) for r in self._all("rescue_expired", {"batch": batch})]
+
+    def cancel_running(self, job_id: int) -> bool:
+        return self._one("cancel_running", {"id": job_id}) is not None
 
     # ---- plumbing ----------------------------------------------------------------------------
 

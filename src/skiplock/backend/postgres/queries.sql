@@ -63,8 +63,11 @@ SELECT a.started, (SELECT reason FROM {schema}.job_cancellations WHERE job_id = 
 WITH upd AS (
 UPDATE {schema}.jobs
    SET state = 'done', attempts = %(attempt)s, finished_at = clock_timestamp(), started_at = %(started_at)s,
-       result = %(result)s::jsonb, worker = %(worker)s
- WHERE id = %(id)s AND state = 'queued'
+       result = %(result)s::jsonb, worker = %(worker)s, owner = NULL, lease_expires_at = NULL
+ WHERE id = %(id)s
+   -- transaction lease: still queued (we hold its lock); claimed lease: still running and still ours
+   AND state = CASE WHEN %(owner)s::uuid IS NULL THEN 'queued' ELSE 'running' END
+   AND owner IS NOT DISTINCT FROM %(owner)s::uuid
    AND NOT EXISTS (SELECT 1 FROM {schema}.job_cancellations c WHERE c.job_id = %(id)s)
 RETURNING id),
 gone AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM upd))
@@ -93,7 +96,7 @@ UPDATE {schema}.jobs j
        started_at = %(started_at)s,
        finished_at = CASE WHEN dec.state = 'queued' THEN NULL ELSE clock_timestamp() END,
        last_error = coalesce((SELECT 'cancelled: ' || reason FROM req), %(error)s::text, j.last_error),
-       worker = %(worker)s,
+       worker = %(worker)s, owner = NULL, lease_expires_at = NULL,
        errors = CASE WHEN %(error)s::text IS NULL THEN j.errors ELSE
                 (SELECT coalesce(jsonb_agg(e ORDER BY n), '[]'::jsonb)
                    FROM (SELECT e, n FROM jsonb_array_elements(j.errors || jsonb_build_array(
@@ -102,7 +105,10 @@ UPDATE {schema}.jobs j
                                    WITH ORDINALITY AS x(e, n)
                           ORDER BY n DESC LIMIT 20) last) END
   FROM dec
- WHERE j.id = (SELECT id FROM {schema}.jobs WHERE id = %(id)s AND state = 'queued' FOR UPDATE SKIP LOCKED)
+ WHERE j.id = (SELECT id FROM {schema}.jobs
+                WHERE id = %(id)s AND state = CASE WHEN %(owner)s::uuid IS NULL THEN 'queued' ELSE 'running' END
+                  AND owner IS NOT DISTINCT FROM %(owner)s::uuid  -- fenced: a rescued job is not ours
+                  FOR UPDATE SKIP LOCKED)
 RETURNING j.id, j.state),
 attempts_done AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM upd WHERE state <> 'queued')),
 attempts_back AS (UPDATE {schema}.job_attempts SET started = started - 1
@@ -140,7 +146,7 @@ SELECT id FROM ins, wake;
 SELECT j.id, j.queue, j.task, j.args, j.priority, j.state,
        greatest(j.attempts, coalesce(a.started, 0)) AS attempts,
        j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at, j.last_error,
-       j.errors, j.result, j.worker, j.unique_key
+       j.errors, j.result, j.worker, j.unique_key, j.lease_expires_at
   FROM {schema}.jobs j LEFT JOIN {schema}.job_attempts a ON a.job_id = j.id
  WHERE j.id = %(id)s;
 
@@ -148,7 +154,7 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.state,
 SELECT j.id, j.queue, j.task, j.args, j.priority, j.state,
        greatest(j.attempts, coalesce(a.started, 0)) AS attempts,
        j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at, j.last_error,
-       j.errors, j.result, j.worker, j.unique_key
+       j.errors, j.result, j.worker, j.unique_key, j.lease_expires_at
   FROM {schema}.jobs j LEFT JOIN {schema}.job_attempts a ON a.job_id = j.id
  WHERE (%(state)s::text IS NULL OR j.state = %(state)s)
    AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
@@ -316,3 +322,59 @@ SELECT set_config('statement_timeout', %(value)s, true),
 
 -- name: set_local_transaction_timeout
 SELECT set_config('transaction_timeout', %(value)s, true);
+
+-- name: start_claimed
+-- Claimed lease: inside the claim transaction, move the row to 'running' with our owner token and a
+-- lease, counting the attempt; the caller commits at once, so the attempt is durable before the
+-- handler starts. Returns the attempt number and any pending cancellation request.
+UPDATE {schema}.jobs
+   SET state = 'running', owner = %(owner)s, attempts = attempts + 1, worker = %(worker)s,
+       started_at = now(), lease_expires_at = now() + %(lease)s::float8 * interval '1 second'
+ WHERE id = %(id)s AND state = 'queued'
+RETURNING attempts, (SELECT reason FROM {schema}.job_cancellations WHERE job_id = %(id)s);
+
+-- name: heartbeat
+-- Extends the leases this worker still owns; returns their ids (a missing id is a lost lease).
+UPDATE {schema}.jobs j
+   SET lease_expires_at = now() + h.lease * interval '1 second'
+  FROM unnest(%(ids)s::bigint[], %(owners)s::uuid[], %(leases)s::float8[]) AS h(id, owner, lease)
+ WHERE j.id = h.id AND j.state = 'running' AND j.owner = h.owner
+RETURNING j.id;
+
+-- name: rescue_expired
+-- Leases nobody renewed: back to the queue, or 'failed' after the last attempt. A batch at a time,
+-- skipping rows someone is finishing right now.
+WITH expired AS (
+SELECT id FROM {schema}.jobs
+ WHERE state = 'running' AND lease_expires_at < now()
+ ORDER BY lease_expires_at
+ LIMIT %(batch)s
+   FOR UPDATE SKIP LOCKED),
+upd AS (
+UPDATE {schema}.jobs j
+   SET state = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
+       finished_at = CASE WHEN j.attempts >= j.max_attempts THEN clock_timestamp() END,
+       run_at = now(), owner = NULL, lease_expires_at = NULL,
+       last_error = format('lease expired: worker %%s stopped renewing its lease during attempt %%s',
+                           j.worker, j.attempts),
+       errors = (SELECT coalesce(jsonb_agg(e ORDER BY n), '[]'::jsonb)
+                   FROM (SELECT e, n FROM jsonb_array_elements(j.errors || jsonb_build_array(
+                             jsonb_build_object('attempt', j.attempts, 'at', clock_timestamp(),
+                                                'error', 'lease expired', 'worker', j.worker)))
+                                   WITH ORDINALITY AS x(e, n)
+                          ORDER BY n DESC LIMIT 20) last)
+  FROM expired
+ WHERE j.id = expired.id
+RETURNING j.id, j.state)
+SELECT id, state FROM upd ORDER BY id;
+
+-- name: cancel_running
+-- A claimed-lease job: cancelled directly; the worker's fenced finishing write will be refused.
+WITH upd AS (
+UPDATE {schema}.jobs
+   SET state = 'cancelled', finished_at = clock_timestamp(), owner = NULL, lease_expires_at = NULL,
+       last_error = 'cancelled: ' || coalesce((SELECT reason FROM {schema}.job_cancellations WHERE job_id = %(id)s), '')
+ WHERE id = %(id)s AND state = 'running'
+RETURNING id),
+requests_done AS (DELETE FROM {schema}.job_cancellations WHERE job_id IN (SELECT id FROM upd))
+SELECT id FROM upd;

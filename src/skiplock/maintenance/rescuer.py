@@ -1,0 +1,37 @@
+"""The rescuer: claimed-lease jobs whose lease expired (their worker died, hung or was paused) go back
+to the queue, or to 'failed' with the reason 'lease expired' after their last attempt.
+
+Every worker runs one; they never step on each other (SKIP LOCKED) and a rescued job's late worker
+cannot overwrite the newer outcome (its finishing writes are fenced on state and owner).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from .service import Service
+
+if TYPE_CHECKING:
+    from ..app import App
+
+log = logging.getLogger("skiplock.rescuer")
+
+
+class Rescuer(Service):
+    name = "rescuer"
+
+    def __init__(self, app: "App", interval: float = 5.0, batch: int = 1000):
+        super().__init__(interval)
+        self.app = app
+        self.batch = batch
+        self.rescued: list[tuple[int, str]] = []
+
+    def step(self) -> None:
+        while True:
+            rows = self.app.backend.rescue_expired(self.batch)
+            for job_id, state in rows:
+                log.warning("job %s: lease expired; %s", job_id, "queued again" if state == "queued" else "failed")
+            self.rescued.extend(rows)
+            if len(rows) < self.batch:
+                return
