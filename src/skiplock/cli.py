@@ -311,6 +311,7 @@ def server_stop(obj: Context) -> None:
 
 
 from . import cli_lifecycle  # noqa: E402,F401 - registers its commands on `cli`
+from . import cli_outbox  # noqa: E402,F401 - registers `relay` and `outbox` on `cli`
 
 
 def main() -> None:

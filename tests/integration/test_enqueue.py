@@ -24,7 +24,7 @@ def test_enqueue_on_callers_connection_exists_only_if_committed(app, dsn, db):
     assert app.get_job(job_id).args == {"n": 2}
 
 
-class CountingConnection(psycopg.Connection):
+class CountingCursor(psycopg.Cursor):
     statements = 0
 
     def execute(self, *args, **kwargs):  # type: ignore[override]
@@ -33,11 +33,11 @@ class CountingConnection(psycopg.Connection):
 
 
 def test_enqueue_many_is_one_statement_and_keeps_input_order(app, dsn):
-    with CountingConnection.connect(dsn) as conn:
+    with psycopg.connect(dsn, cursor_factory=CountingCursor) as conn:
         ids = app.enqueue_many([("t", {"i": i}, {"priority": i % 3, "queue": f"q{i % 2}"}) for i in range(500)],
                                conn=conn)
         conn.commit()
-    assert CountingConnection.statements == 1
+    assert CountingCursor.statements == 1
     assert ids == sorted(ids) and len(set(ids)) == 500
     job = app.get_job(ids[7])
     assert (job.args, job.priority, job.queue) == ({"i": 7}, 1, "q1")
@@ -88,3 +88,13 @@ def test_run_at_and_delay_are_stored(app):
     assert app.get_job(app.enqueue("t", run_at=when)).run_at == when
     delayed = app.get_job(app.enqueue("t", delay=120))
     assert delayed.run_at > datetime.now(timezone.utc) + timedelta(seconds=100)
+
+
+def test_enqueue_on_a_dict_row_connection(app, dsn):
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(dsn, row_factory=dict_row) as conn:
+        ids = [app.enqueue("t", conn=conn), *app.enqueue_many([("t", {})] * 2, conn=conn),
+               app.enqueue("t", unique_key="u", conn=conn)]
+        conn.commit()
+    assert all(isinstance(i, int) for i in ids)

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...errors import DatabaseUnavailable, SchemaError
@@ -201,8 +201,8 @@ class PostgresBackend:
     def enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[int]:
         """Insert jobs in one statement; on ``conn`` they exist only if the caller commits."""
         query, params = self.enqueue_statement(jobs)
-        if conn is not None:
-            return [r[0] for r in conn.execute(query, params).fetchall()]
+        if conn is not None:  # the caller's connection: whatever its row factory, read tuples
+            return [r[0] for r in conn.cursor(row_factory=tuple_row).execute(query, params).fetchall()]
         with self._conn() as c:
             return [r[0] for r in c.execute(query, params).fetchall()]
 
@@ -380,7 +380,7 @@ class PostgresBackend:
     def _one(self, name: str, params: dict[str, Any] | None = None, conn: Any = None) -> Any:
         """Run a named statement (on ``conn``, else a pooled connection); its first row or None."""
         if conn is not None:
-            cur = conn.execute(self.q[name], params)
+            cur = conn.cursor(row_factory=tuple_row).execute(self.q[name], params)
             return cur.fetchone() if cur.description else None
         with self._conn() as c:
             cur = c.execute(self.q[name], params)

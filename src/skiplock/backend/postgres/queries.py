@@ -21,9 +21,9 @@ def _read(name: str) -> str:
 
 
 @lru_cache(maxsize=None)
-def load_queries(schema: str) -> dict[str, str]:
-    """name -> SQL for every ``-- name:`` block in queries.sql, schema bound."""
-    text = _read("queries.sql")
+def load_queries(schema: str, file: str = "queries.sql") -> dict[str, str]:
+    """name -> SQL for every ``-- name:`` block in ``file`` (queries.sql by default), schema bound."""
+    text = _read(file)
     parts = _NAME.split(text)
     out: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2]):

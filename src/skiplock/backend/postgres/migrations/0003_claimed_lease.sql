@@ -1,4 +1,4 @@
--- skiplock schema, version 4: the claimed lease (opt-in per task, for long or external-effect jobs).
+-- skiplock schema, version 3: the claimed lease (opt-in per task, for long or external-effect jobs).
 --
 -- A short transaction moves the row to 'running' with an owner token and lease_expires_at, and
 -- commits; the worker extends the lease by heartbeat; the rescuer returns expired leases to the queue

@@ -1,0 +1,369 @@
+"""The outbox relay: claims unsent messages with FOR UPDATE SKIP LOCKED, delivers them through a sink,
+and writes each outcome fenced on the state it claimed the message in.
+
+Two lease modes (see docs/outbox.md for the trade-off in full):
+
+- **claimed** (default for external sinks such as :class:`HttpSink`). A short transaction claims a
+  batch (pending -> delivering, owner token, ``lease_expires_at``) and commits; the messages are
+  delivered with no transaction open; one statement then marks them sent / retry / failed
+  ``WHERE state = 'delivering' AND owner = token``. While a batch is still being delivered the
+  lease is extended every ``lease_seconds / 3``. Any relay's claim transaction first returns
+  expired leases to pending (crashed or stalled relays). Why the default: an HTTP call can take
+  up to its timeout, and holding a transaction (a connection, row locks and an xid that holds back
+  vacuum's horizon for every table) open across network calls to someone else's server is the cost
+  the seed warns about; the claim also counts the attempt durably, so a message that crashes its
+  relay every time still ends ``failed``. Its price: after a crash the messages wait for their
+  lease to expire (``lease_seconds``) before redelivery, and a relay stalled beyond its lease (a
+  long GC pause, SIGSTOP, a network partition) can deliver a message another relay also delivers;
+  the fence keeps the database state right, the receiver's dedup keeps the effect single.
+- **transaction** (the seed's protocol; always used for transactional sinks such as
+  :class:`EnqueueJobSink`, optional for external ones). One transaction claims the batch with
+  FOR UPDATE SKIP LOCKED, delivers while holding the row locks, writes the outcomes and commits; a
+  crash or lost connection rolls everything back and the messages are available again at once.
+  For a database-local sink this is exactly once. For an external sink it holds a transaction open
+  during the calls, and a crash mid-delivery is not counted as an attempt (it rolled back).
+
+In the normal case (no crash, no stall past the lease) no message is delivered twice, with any
+number of relays running: each claim skips the rows other relays hold.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import itertools
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+import psycopg
+
+from ..backend.outbox_base import Finish, Message, OutboxStore
+from ..errors import ConfigurationError, DatabaseUnavailable
+from ..retry import RetryPolicy, as_policy
+from .policy import DEFAULT_RETRY, decide
+from .sinks import check_sink, is_transactional
+
+if TYPE_CHECKING:
+    from ..app import App
+
+log = logging.getLogger("skiplock.relay")
+LEASE_MODES = ("claimed", "transaction")
+_names = itertools.count()
+
+
+@dataclass
+class RelayStats:
+    sent: int = 0
+    retried: int = 0
+    failed: int = 0
+    lost: int = 0  # outcomes not written: the lease had expired and another relay took the message
+    rescued: int = 0  # expired leases (of crashed/stalled relays) this relay returned to the queue
+    batches: int = 0
+    reconnects: int = 0
+
+
+def _check_number(name: str, value: Any, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
+        raise ConfigurationError(f"{name} must be a number in ({low:g}, {high:g}], got {value!r}")
+    return float(value)
+
+
+def _check_int(name: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigurationError(f"{name} must be an integer between {low} and {high}, got {value!r}")
+    return value
+
+
+class Relay:
+    """Delivers outbox messages through ``sink``. Create it with :meth:`App.relay` (or directly).
+
+    ``run()`` blocks until :meth:`stop` (or SIGINT/SIGTERM in the main thread, or, with
+    ``stop_when_empty``, until a claim finds nothing available); ``start()`` runs it in a thread.
+    Stopping finishes the batch in hand (deliveries and outcome writes) and exits.
+
+    Options: ``topics`` (only these), ``batch_size`` (messages per claim), ``concurrency``
+    (deliveries in flight at once, for sinks without ``deliver_batch``), ``lease`` ("claimed" or
+    "transaction"; default: "transaction" for transactional sinks, else "claimed"),
+    ``lease_seconds`` (claimed lease length; extended while a batch is in hand), ``poll_interval``
+    (wait when nothing is available), ``retry`` (backoff policy, a skiplock.retry policy or a number
+    of seconds; default exponential 1 s .. 10 min with jitter).
+    """
+
+    def __init__(self, app: "App", sink: Any, *, topics: Sequence[str] | None = None, batch_size: int = 100,
+                 concurrency: int = 16, lease: str | None = None, lease_seconds: float = 30.0,
+                 poll_interval: float = 0.5, retry: RetryPolicy | float | None = None, name: str | None = None,
+                 handle_signals: bool = True, max_reconnect_delay: float = 30.0):
+        self.app = app
+        self.sink = check_sink(sink)
+        self.transactional = is_transactional(sink)
+        if lease is None:
+            lease = "transaction" if self.transactional else "claimed"
+        if lease not in LEASE_MODES:
+            raise ConfigurationError(f"lease must be one of {', '.join(LEASE_MODES)}, got {lease!r}")
+        if self.transactional and lease != "transaction":
+            raise ConfigurationError(f"{sink!r} writes in the relay's transaction: it needs lease='transaction'")
+        self.lease = lease
+        if topics is not None:
+            topics = list(topics)
+            if not topics or not all(isinstance(t, str) and t for t in topics):
+                raise ConfigurationError(f"topics must be a non-empty list of non-empty names, got {topics!r}")
+        self.topics = topics
+        self.batch_size = _check_int("batch_size", batch_size, 1, 10_000)
+        self.concurrency = _check_int("concurrency", concurrency, 1, 1024)
+        self.lease_seconds = _check_number("lease_seconds", lease_seconds, 0, 86400)
+        self.poll_interval = _check_number("poll_interval", poll_interval, 0, 3600)
+        self.retry: RetryPolicy = DEFAULT_RETRY if retry is None else as_policy(retry)
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}:relay{next(_names)}"
+        self.handle_signals = handle_signals
+        self.max_reconnect_delay = max_reconnect_delay
+        self.stats = RelayStats()
+        self.started = threading.Event()
+        self.idle = threading.Event()  # set while the last claim found nothing (tests wait on it)
+        self._stopping = threading.Event()
+        self._signals = 0
+        self._thread: threading.Thread | None = None
+        self._pool: cf.ThreadPoolExecutor | None = None
+        self._tx_conn: psycopg.Connection[Any] | None = None
+        self._store: OutboxStore | None = None
+
+    def __repr__(self) -> str:
+        return f"Relay({self.name!r}, sink={self.sink!r}, lease={self.lease!r})"
+
+    @property
+    def store(self) -> OutboxStore:
+        if self._store is None:
+            self._store = self.app.outbox.store
+        return self._store
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    def start(self, stop_when_empty: bool = False) -> "Relay":
+        """Run in a background thread; returns once it has started."""
+        if self._thread is not None and self._thread.is_alive():
+            raise ConfigurationError("this relay is already running")
+        self.handle_signals = False
+        self._thread = threading.Thread(target=self.run, kwargs={"stop_when_empty": stop_when_empty},
+                                        name=f"skiplock-{self.name}", daemon=True)
+        self._thread.start()
+        self.started.wait(30)
+        return self
+
+    def stop(self, timeout: float | None = 30.0) -> None:
+        """Claim no more; the batch in hand is finished. Waits for a started thread to end."""
+        self._stopping.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            log.warning("relay %s received %s: finishing the batch in hand, claiming no more (signal again to abort)",
+                        self.name, signal.Signals(signum).name)
+            self.stop()
+        else:
+            raise KeyboardInterrupt
+
+    def run(self, stop_when_empty: bool = False) -> RelayStats:
+        """Relay until stopped (or, with ``stop_when_empty``, until nothing is available)."""
+        _ = self.store  # clear error now if the database or schema is not usable
+        self._stopping.clear()  # a stopped relay can be run again
+        previous: dict[signal.Signals, Any] = {}
+        if self.handle_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, self._on_signal)
+        self._pool = cf.ThreadPoolExecutor(self.concurrency, thread_name_prefix="skiplock-deliver")
+        self.started.set()
+        delay = 0.0
+        try:
+            while not self._stopping.is_set():
+                try:
+                    n = self.run_once()
+                    delay = 0.0
+                except (psycopg.Error, DatabaseUnavailable) as exc:
+                    delay = min(self.max_reconnect_delay, max(0.25, delay * 2))
+                    self.stats.reconnects += 1
+                    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                    log.warning("relay %s: database error (%s); retrying in %.2fs", self.name, reason, delay)
+                    self._close_tx_conn()
+                    self._stopping.wait(delay)
+                    continue
+                if n:
+                    self.idle.clear()
+                    continue
+                self.idle.set()
+                if stop_when_empty:
+                    break
+                self._stopping.wait(self.poll_interval)
+        finally:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+            self._close_tx_conn()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return self.stats
+
+    def _close_tx_conn(self) -> None:
+        if self._tx_conn is not None:
+            try:
+                self._tx_conn.close()
+            finally:
+                self._tx_conn = None
+
+    # ---- one batch -------------------------------------------------------------------------------
+
+    def run_once(self) -> int:
+        """Claim, deliver and finish one batch; returns the number of messages claimed."""
+        own_pool = self._pool is None  # called directly, outside run(): resources for this batch only
+        if own_pool:
+            self._pool = cf.ThreadPoolExecutor(self.concurrency, thread_name_prefix="skiplock-deliver")
+        try:
+            return self._claimed_batch() if self.lease == "claimed" else self._transaction_batch()
+        finally:
+            if own_pool and self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+                self._close_tx_conn()
+
+    def _claimed_batch(self) -> int:
+        owner = f"{self.name}/{uuid.uuid4().hex[:12]}"
+        messages, rescued = self.store.claim_lease(owner, self.topics, self.batch_size, self.lease_seconds)
+        if rescued:
+            self.stats.rescued += rescued
+            log.warning("relay %s: returned %d message(s) with an expired lease to the queue", self.name, rescued)
+        if not messages:
+            return 0
+        results = self._deliver_external(messages, owner)
+        outcomes = [decide(m, r, self.retry) for m, r in zip(messages, results)]
+        written = self._finish_with_retries(owner, outcomes)
+        self._count(messages, outcomes, written)
+        return len(messages)
+
+    def _finish_with_retries(self, owner: str, outcomes: list[Finish]) -> set[int]:
+        """The outcomes must reach the database before the lease ends, or the messages are delivered
+        again: retry a lost connection a few times rather than give the batch up at once."""
+        for wait in (0.25, 1.0, 2.0, None):
+            try:
+                return set(self.store.finish_lease(owner, outcomes))
+            except (psycopg.OperationalError, DatabaseUnavailable) as exc:
+                if wait is None:
+                    raise
+                log.warning("relay %s: could not write a batch's outcomes (%s); retrying", self.name, exc)
+                time.sleep(wait)
+        raise AssertionError("unreachable")
+
+    def _transaction_batch(self) -> int:
+        if self._tx_conn is None or self._tx_conn.closed:
+            self._tx_conn = self.store.connect(f"skiplock-relay {self.name}")
+        conn = self._tx_conn
+        try:
+            messages = self.store.claim_locked(conn, self.topics, self.batch_size)
+            if not messages:
+                conn.rollback()
+                return 0
+            if self.transactional:
+                results = self._deliver_in_transaction(conn, messages)
+            else:
+                results = self._deliver_external(messages, None)
+            outcomes = [decide(m, r, self.retry) for m, r in zip(messages, results)]
+            written = set(self.store.finish_locked(conn, outcomes))
+            conn.commit()
+        except BaseException:
+            self._close_tx_conn()  # the server rolls the batch back: every message is available again
+            raise
+        self._count(messages, outcomes, written)
+        return len(messages)
+
+    def _count(self, messages: list[Message], outcomes: list[Finish], written: set[int]) -> None:
+        self.stats.batches += 1
+        for m, o in zip(messages, outcomes):
+            if m.id not in written:
+                self.stats.lost += 1
+                log.warning("relay %s: message %s: lease lost before its outcome (%s) was written; another relay "
+                            "has it now (it may be delivered again)", self.name, m.id, o.state)
+            elif o.state == "sent":
+                self.stats.sent += 1
+            elif o.state == "pending":
+                self.stats.retried += 1
+                log.warning("message %s (%s): %s; retry in %.1fs", m.id, m.topic, (o.error or "").splitlines()[0],
+                            o.delay or 0.0)
+            else:
+                self.stats.failed += 1
+                log.error("message %s (%s) failed: %s", m.id, m.topic, (o.error or "").splitlines()[0])
+
+    # ---- delivering ------------------------------------------------------------------------------
+
+    def _deliver_external(self, messages: list[Message], owner: str | None) -> list[BaseException | None]:
+        """Deliver concurrently, outside any transaction. Under a claimed lease, extend it while
+        deliveries are still running, so a slow batch is not rescued from under us."""
+        assert self._pool is not None
+        batch_fn = getattr(self.sink, "deliver_batch", None)
+        if batch_fn is not None:
+            whole = self._pool.submit(self._call_batch, batch_fn, messages)
+            self._wait_extending({whole}, owner, messages)
+            return whole.result()
+        each = [self._pool.submit(self._call, m) for m in messages]
+        self._wait_extending(set(each), owner, messages)
+        return [f.result() for f in each]
+
+    def _wait_extending(self, futures: set[cf.Future[Any]], owner: str | None, messages: list[Message]) -> None:
+        ids = [m.id for m in messages]
+        pending = futures
+        while pending:
+            _, pending = cf.wait(pending, timeout=self.lease_seconds / 3 if owner else None)
+            if pending and owner:
+                try:
+                    self.store.extend_lease(owner, ids, self.lease_seconds)
+                except (psycopg.Error, DatabaseUnavailable) as exc:
+                    log.warning("relay %s: could not extend a lease (%s)", self.name, exc)
+
+    def _call(self, message: Message) -> BaseException | None:
+        try:
+            self.sink.deliver(message)
+            return None
+        except Exception as exc:  # noqa: BLE001 - every failure is an outcome to record
+            return exc
+
+    def _call_batch(self, batch_fn: Any, messages: list[Message]) -> list[BaseException | None]:
+        try:
+            results = list(batch_fn(messages))
+        except Exception as exc:  # noqa: BLE001 - the whole batch failed alike
+            return [exc] * len(messages)
+        if len(results) != len(messages):
+            error = RuntimeError(f"{self.sink!r}.deliver_batch returned {len(results)} results for {len(messages)} messages")
+            return [error] * len(messages)
+        return results
+
+    def _deliver_in_transaction(self, conn: psycopg.Connection[Any], messages: list[Message]) -> list[BaseException | None]:
+        """A transactional sink writes on our connection. The batch first, all or nothing; if that
+        fails, message by message under a savepoint each, so one bad message fails alone."""
+        store = self.store
+        batch_fn = getattr(self.sink, "deliver_batch", None)
+        if batch_fn is not None and len(messages) > 1:
+            store.savepoint(conn)
+            try:
+                batch_fn(messages, conn)
+                store.release_savepoint(conn)
+                return [None] * len(messages)
+            except psycopg.OperationalError:
+                raise
+            except Exception:  # noqa: BLE001 - isolate the failing message(s) below
+                store.rollback_to_savepoint(conn)
+        results: list[BaseException | None] = []
+        for m in messages:
+            store.savepoint(conn)
+            try:
+                self.sink.deliver(m, conn)
+                store.release_savepoint(conn)
+                results.append(None)
+            except psycopg.OperationalError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - recorded as this message's outcome
+                store.rollback_to_savepoint(conn)
+                results.append(exc)
+        return results

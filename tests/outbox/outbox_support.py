@@ -1,0 +1,100 @@
+"""Helpers for the outbox tests: poll with a deadline (never a fixed sleep standing in for an assertion), and
+run real relay processes through the CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from skiplock.retry import Constant
+
+FAST_RETRY = Constant(0.05)  # retries due almost at once, so a retry test takes milliseconds
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.02,
+             on_timeout: Callable[[], str] | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            extra = f"\n{on_timeout()}" if on_timeout else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for: {what}{extra}")
+        time.sleep(interval)
+
+
+def states(db) -> dict[str, int]:
+    return {s: n for s, n in db.execute("SELECT state, count(*) FROM skiplock.outbox GROUP BY state").fetchall()}
+
+
+def all_sent(db, n: int) -> bool:
+    return states(db).get("sent", 0) == n
+
+
+def row(db, message_id: int) -> dict[str, Any]:
+    cur = db.execute("SELECT * FROM skiplock.outbox WHERE id = %s", [message_id])
+    names = [d.name for d in cur.description]
+    values = cur.fetchone()
+    assert values is not None, f"message {message_id} does not exist"
+    return dict(zip(names, values))
+
+
+# ---- relay processes (the real CLI) -----------------------------------------------------------------
+
+EXIT_TIMEOUT = 30  # safety net only
+
+
+class RelayProc:
+    def __init__(self, proc: subprocess.Popen, log: Path):
+        self.proc, self.log = proc, log
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float = EXIT_TIMEOUT) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"relay {self.pid} did not exit within {timeout}s; its log:\n{self.output()[-4000:]}") from None
+
+
+class RelaySpawner:
+    """Starts ``python -m skiplock relay`` processes; any still running at the end of the test is killed."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.procs: list[RelayProc] = []
+
+    def relay(self, dsn: str, *args: str) -> RelayProc:
+        log = self.tmp / f"relay{len(self.procs)}.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_")}
+        env["PYTHONUNBUFFERED"] = "1"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "skiplock", "--quiet", "--dsn", dsn, "relay", *args],
+                                    env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        rp = RelayProc(proc, log)
+        self.procs.append(rp)
+        return rp
+
+    def cleanup(self) -> None:
+        for rp in self.procs:
+            if rp.proc.poll() is None:
+                rp.proc.send_signal(signal.SIGKILL)
+        for rp in self.procs:
+            try:
+                rp.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
