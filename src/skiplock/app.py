@@ -91,9 +91,29 @@ def _has_nul(value: Any) -> bool:
     return False
 
 
+def to_json(value: Any, what: str, limit: int, error: type[Exception] = InvalidJob) -> str:
+    """Compact JSON text that PostgreSQL's jsonb accepts, or ``error`` saying exactly why not (NaN or
+    Infinity, not serialisable, a lone surrogate, a NUL character, over ``limit`` bytes). Checked
+    before any SQL runs, so a rejected value never aborts the caller's transaction."""
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise error(f"{what}: text that is not valid Unicode (a lone surrogate?): {exc.reason}") from None
+    except ValueError as exc:
+        raise error(f"{what}: not valid JSON: {exc} (NaN and Infinity are not JSON)") from None
+    except (TypeError, RecursionError) as exc:
+        raise error(f"{what}: not JSON-serialisable: {exc}") from None
+    if "\\u0000" in text and _has_nul(value):
+        raise error(f"{what}: a NUL character (\\u0000), which PostgreSQL jsonb cannot store")
+    size = len(text.encode("utf-8"))
+    if size > limit:
+        raise error(f"{what}: {size:,} bytes as JSON; the limit is {limit:,} (App(max_args_bytes=...))")
+    return text
+
+
 def serialise_args(args: Any, limit: int) -> str:
-    """JSON text for jsonb, or InvalidJob saying exactly why not. Checked before any SQL runs, so a
-    rejected job never aborts the caller's transaction."""
+    """JSON text of a job's keyword arguments (a JSON object with string keys), or InvalidJob."""
     if args is None:
         args = {}
     if not isinstance(args, Mapping):
@@ -101,21 +121,7 @@ def serialise_args(args: Any, limit: int) -> str:
     for key in args:
         if not isinstance(key, str):
             raise InvalidJob(f"args keys must be strings (they become keyword arguments), got {key!r}")
-    try:
-        text = json.dumps(args, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidJob(f"args contain text that is not valid Unicode (a lone surrogate?): {exc.reason}") from None
-    except ValueError as exc:
-        raise InvalidJob(f"args are not valid JSON: {exc} (NaN and Infinity are not JSON)") from None
-    except (TypeError, RecursionError) as exc:
-        raise InvalidJob(f"args are not JSON-serialisable: {exc}") from None
-    if "\\u0000" in text and _has_nul(args):
-        raise InvalidJob("args contain a NUL character (\\u0000), which PostgreSQL jsonb cannot store")
-    size = len(text.encode("utf-8"))
-    if size > limit:
-        raise InvalidJob(f"args are {size:,} bytes as JSON; the limit is {limit:,} (App(max_args_bytes=...))")
-    return text
+    return to_json(args, "args", limit)
 
 
 def _check_run_at(run_at: Any) -> datetime | None:

@@ -50,19 +50,26 @@ class Context:
                               f"port {server.port})", markup=False)
 
 
-def load_app(spec: str) -> App:
+def import_object(spec: str, option: str) -> Any:
+    """``package.module:attr`` (attr may be dotted) -> the object, or a clear error naming ``option``.
+    The current directory is importable, as when running a script from it."""
     if ":" not in spec:
-        fail(f"--app must look like 'package.module:app', got {spec!r}")
+        fail(f"{option} must look like 'package.module:attr', got {spec!r}")
     module_name, attr = spec.split(":", 1)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        fail(f"cannot import {module_name!r} for --app: {exc}")
+        fail(f"cannot import {module_name!r} for {option}: {exc}")
     obj: Any = module
     for part in attr.split("."):
         obj = getattr(obj, part, None)
+    return obj
+
+
+def load_app(spec: str) -> App:
+    obj = import_object(spec, "--app")
     if not isinstance(obj, App):
         fail(f"{spec!r} is not a skiplock.App (found {type(obj).__name__})")
     return obj

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
-import os
 import sys
 from typing import Any
 
@@ -13,7 +11,7 @@ import click
 from rich.table import Table
 
 from .app import App
-from .cli import Context, cli, console, fail, handle_errors
+from .cli import Context, cli, console, fail, handle_errors, import_object
 
 OUTBOX_STATES = ("pending", "delivering", "sent", "failed")
 OUTBOX_STYLE = {"pending": "cyan", "delivering": "yellow", "sent": "green", "failed": "red"}
@@ -23,18 +21,7 @@ def load_sink(spec: str, app: App) -> Any:
     """``module:attr`` -> a sink: the object itself if it has ``deliver``, else ``attr(app)``."""
     from .outbox.sinks import check_sink
 
-    if ":" not in spec:
-        fail(f"--sink must look like 'package.module:attr', got {spec!r}")
-    module_name, attr = spec.split(":", 1)
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        fail(f"cannot import {module_name!r} for --sink: {exc}")
-    obj: Any = module
-    for part in attr.split("."):
-        obj = getattr(obj, part, None)
+    obj = import_object(spec, "--sink")
     if obj is None:
         fail(f"{spec!r} does not exist")
     if isinstance(obj, type) or not callable(getattr(obj, "deliver", None)):

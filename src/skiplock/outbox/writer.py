@@ -5,12 +5,12 @@ Also the operator's reads and actions on stored messages (get, list, counts, red
 
 from __future__ import annotations
 
-import json
 import math
 import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Sequence
 
+from ..app import to_json
 from ..backend.outbox_base import MessageRecord, NewMessage, OutboxStore
 from .errors import InvalidMessage, MessageNotFound
 
@@ -46,34 +46,10 @@ def _check_text(name: str, value: Any, limit: int, *, optional: bool = False) ->
     return value
 
 
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, Mapping):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(_has_nul(v) for v in value)
-    return False
-
-
 def serialise_payload(payload: Any, limit: int) -> str:
     """JSON text for jsonb (any JSON value: object, array, string, number, true/false/null), or
     InvalidMessage saying exactly why not."""
-    try:
-        text = json.dumps(payload, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidMessage(f"payload contains text that is not valid Unicode (a lone surrogate?): {exc.reason}") from None
-    except ValueError as exc:
-        raise InvalidMessage(f"payload is not valid JSON: {exc} (NaN and Infinity are not JSON)") from None
-    except (TypeError, RecursionError) as exc:
-        raise InvalidMessage(f"payload is not JSON-serialisable: {exc}") from None
-    if "\\u0000" in text and _has_nul(payload):
-        raise InvalidMessage("payload contains a NUL character (\\u0000), which PostgreSQL jsonb cannot store")
-    size = len(text.encode("utf-8"))
-    if size > limit:
-        raise InvalidMessage(f"payload is {size:,} bytes as JSON; the limit is {limit:,} (App(max_args_bytes=...))")
-    return text
+    return to_json(payload, "payload", limit, InvalidMessage)
 
 
 class Outbox:
