@@ -27,7 +27,11 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
 SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, now() AS claimed_at
   FROM {schema}.jobs
  WHERE state = 'queued' AND queue = ANY(%(queues)s) AND run_at <= now()
-   AND queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues))  -- evaluated once per claim
+   -- Paused queues, evaluated once per claim. The NOT EXISTS short-circuits the common case (nothing
+   -- paused) and keeps the planner's row estimate sane: `queue <> ALL (...)` alone is estimated at
+   -- ~1 row when one queue holds all jobs, which turns the claim into a seq scan + sort.
+   AND (NOT EXISTS (SELECT FROM {schema}.paused_queues)
+        OR queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues)))
  ORDER BY priority, id
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
@@ -37,7 +41,11 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
 SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, now() AS claimed_at
   FROM {schema}.jobs
  WHERE state = 'queued' AND run_at <= now()
-   AND queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues))  -- evaluated once per claim
+   -- Paused queues, evaluated once per claim. The NOT EXISTS short-circuits the common case (nothing
+   -- paused) and keeps the planner's row estimate sane: `queue <> ALL (...)` alone is estimated at
+   -- ~1 row when one queue holds all jobs, which turns the claim into a seq scan + sort.
+   AND (NOT EXISTS (SELECT FROM {schema}.paused_queues)
+        OR queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues)))
  ORDER BY priority, id
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
@@ -169,8 +177,9 @@ SELECT queue, state, count(*) AS n
  ORDER BY queue, state;
 
 -- name: terminate_backends
--- Ends the given sessions; their open transactions roll back (used to abort in-flight jobs).
-SELECT pg_terminate_backend(pid) FROM unnest(%(pids)s::int[]) AS p(pid);
+-- Ends the given sessions and waits (up to 5 s) until they are gone, so their locks are released
+-- and their transactions rolled back before we write the outcome (used for aborts and timeouts).
+SELECT pg_terminate_backend(pid, 5000) FROM unnest(%(pids)s::int[]) AS p(pid);
 
 -- name: savepoint
 -- Taken right after the claim: a failing handler rolls back to here, which undoes its own
