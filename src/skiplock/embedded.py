@@ -39,7 +39,7 @@ shared_buffers = 256MB
 listen_addresses = '127.0.0.1'
 log_min_messages = warning
 log_line_prefix = '%m [%p] %u@%d '
-autovacuum_naptime = 10s
+autovacuum_naptime = 1s
 """
 
 

@@ -84,32 +84,36 @@ class Executor:
         self.heartbeat = heartbeat
         self.backend = app.backend
         self.worker_name = worker_name
-        self._attempts_conn: psycopg.Connection[Any] | None = None
+        self._attempts_conns: list[psycopg.Connection[Any]] = []
         self._attempts_lock = threading.Lock()
         self._local = threading.local()
 
     # ---- bookkeeping ---------------------------------------------------------------------------
 
     def _start_attempt(self, claimed: ClaimedJob, slot: str, lease_pid: int) -> tuple[int, str | None]:
-        """Count the attempt on the worker's shared bookkeeping connection (reconnecting once)."""
-        with self._attempts_lock:
-            for retry in (False, True):
-                if self._attempts_conn is None or self._attempts_conn.closed:
-                    self._attempts_conn = self.backend.connect_bookkeeping()
-                try:
-                    return self.backend.start_attempt(self._attempts_conn, claimed, slot, lease_pid)
-                except psycopg.OperationalError:
-                    self._attempts_conn.close()
-                    self._attempts_conn = None
-                    if retry:
-                        raise
+        """Count the attempt on this slot's own bookkeeping connection (no lock shared between slots),
+        reconnecting once if it was lost."""
+        conn: psycopg.Connection[Any] | None = getattr(self._local, "attempts_conn", None)
+        for retry in (False, True):
+            if conn is None or conn.closed:
+                conn = self.backend.connect_bookkeeping()
+                with self._attempts_lock:
+                    self._attempts_conns.append(conn)
+                self._local.attempts_conn = conn
+            try:
+                return self.backend.start_attempt(conn, claimed, slot, lease_pid)
+            except psycopg.OperationalError:
+                conn.close()
+                conn = None
+                if retry:
+                    raise
         raise AssertionError("unreachable")
 
     def close(self) -> None:
         with self._attempts_lock:
-            if self._attempts_conn is not None:
-                self._attempts_conn.close()
-                self._attempts_conn = None
+            for conn in self._attempts_conns:
+                conn.close()
+            self._attempts_conns.clear()
 
     # ---- running -------------------------------------------------------------------------------
 

@@ -41,7 +41,11 @@ CREATE TABLE {schema}.job_attempts (
     started_at timestamptz NOT NULL DEFAULT now()
 );
 
--- Finished rows are updated once and then only read: leave room for HOT updates on the queue,
--- and let autovacuum visit the jobs table early.
-ALTER TABLE {schema}.jobs SET (fillfactor = 90, autovacuum_vacuum_scale_factor = 0.02,
-                               autovacuum_vacuum_insert_scale_factor = 0.05);
+-- A queue table churns: every job is inserted, updated once or twice and later deleted. Vacuum it
+-- by churn (every 2,000 dead rows), not by size: a scale factor would let a large backlog of queued
+-- rows postpone vacuum for ever while the claim index fills with dead entries. Leave room for HOT.
+ALTER TABLE {schema}.jobs SET (fillfactor = 90,
+                               autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 2000,
+                               autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_insert_threshold = 10000,
+                               autovacuum_analyze_scale_factor = 0.05);
+ALTER TABLE {schema}.job_attempts SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000);

@@ -1,0 +1,89 @@
+"""Scaling with backlog: claim throughput with 1,000,000 queued jobs vs with 10,000 queued.
+
+"B queued" means at least B jobs stay queued for the whole measurement: the table gets
+B + warm-up + measured claims (+ a margin) jobs, inserted by one ``INSERT … SELECT generate_series``
+on the server (not through Python), then ``VACUUM ANALYZE`` and a ``CHECKPOINT``. One worker process
+(as in the drain scenario, same slots) then runs the no-op jobs; this process only watches the count
+of done jobs (every 0.2 s) to know when to stop it. Throughput comes from the server's completion
+times: (jobs finished between the warm-up-th and the last completion) / (time between them). A time
+cap bounds each measurement, so a pathologically slow claim cannot stall the run (the JSON says when
+it applied). Both backlogs use the same worker, slots and counts, so only the backlog differs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+
+from .common import Context, Figure, checkpoint, fresh_db, one, table_stats, worker_summary
+
+
+def measure(ctx: Context, backlog: int, claims: int, warmup: int, concurrency: int,
+            max_seconds: float) -> dict[str, Any]:
+    rows = backlog + warmup + claims + 4 * concurrency
+    with fresh_db(ctx.server, f"backlog_{backlog}") as dsn:
+        t = time.perf_counter()
+        with psycopg.connect(dsn, autocommit=True) as c:
+            c.execute("INSERT INTO skiplock.jobs (task) SELECT 'noop' FROM generate_series(1, %s)", [rows])
+            c.execute("VACUUM ANALYZE skiplock.jobs")
+        setup_s = time.perf_counter() - t
+        checkpoint(dsn)
+        worker = ctx.worker(dsn, concurrency, stop_when_empty=False)
+        started = time.monotonic()
+        capped = False
+        try:
+            with psycopg.connect(dsn, autocommit=True) as c:
+                while True:
+                    time.sleep(0.2)
+                    done = one(c, "SELECT count(*) FROM skiplock.jobs WHERE state = 'done'")[0]
+                    if done >= warmup + claims:
+                        break
+                    if time.monotonic() - started > max_seconds * 1.5:
+                        capped = True
+                        break
+                    if worker.poll() is not None:
+                        raise RuntimeError(f"backlog worker exited early: {worker.result.stderr[-2000:]}")  # type: ignore[union-attr]
+        finally:
+            worker.signal()
+        finished = worker.wait(60)
+        stats = table_stats(dsn)
+        with psycopg.connect(dsn, autocommit=True) as c:
+            done, queued = one(c, "SELECT count(*) FILTER (WHERE state = 'done'), count(*) FILTER (WHERE state = 'queued')"
+                                  "  FROM skiplock.jobs")
+            # skip the warm-up (or, when capped, the first third of the completions)
+            skip = min(warmup, done // 3)
+            first, last, n = one(
+                c, "SELECT min(finished_at), max(finished_at), count(*) - 1 FROM ("
+                   "  SELECT finished_at FROM skiplock.jobs WHERE state = 'done' ORDER BY finished_at OFFSET %s) f",
+                [skip])
+    if n is None or n < 1 or first is None:
+        raise RuntimeError(f"backlog {backlog}: only {done} jobs done")
+    seconds = (last - first).total_seconds()
+    return {"backlog": backlog, "rows": rows, "setup_s": setup_s, "done": done, "claims_measured": n,
+            "seconds": seconds, "throughput": n / seconds, "queued_after": queued, "concurrency": concurrency,
+            "capped_at_max_seconds": capped, "worker_exit": finished.returncode,
+            "worker": worker_summary(finished.stderr), "table_after": stats}
+
+
+def run(ctx: Context) -> list[Figure]:
+    z = ctx.sizes
+    conc = max(ctx.drain_concurrency)
+    out: dict[int, dict[str, Any]] = {}
+    for backlog in (z.backlog_small, z.backlog_large):
+        ctx.log(f"backlog: {backlog:,} queued, {z.backlog_claims:,} claims measured, 1 process × {conc} slots")
+        out[backlog] = r = measure(ctx, backlog, z.backlog_claims, z.backlog_warmup, conc, z.backlog_max_seconds)
+        ctx.log(f"backlog: {r['throughput']:,.0f} jobs/s over {r['claims_measured']:,} claims "
+                f"(set-up {r['setup_s']:.1f}s{', time cap reached' if r['capped_at_max_seconds'] else ''})")
+    small, large = out[z.backlog_small], out[z.backlog_large]
+    ctx.raw["backlog"] = {str(k): v for k, v in out.items()}
+    ctx.refs["backlog.small"] = small["throughput"]
+    s = "backlog"
+    return [
+        Figure(s, f"claim throughput, {z.backlog_small:,} queued", small["throughput"], "jobs/s",
+               reference="pgbench claim TPS", baseline_key="baseline.claim_tps", details=small),
+        Figure(s, f"claim throughput, {z.backlog_large:,} queued", large["throughput"], "jobs/s",
+               reference=f"throughput with {z.backlog_small:,} queued", baseline_key="backlog.small",
+               goal=">= 0.8", details=large),
+    ]

@@ -1,0 +1,189 @@
+"""Outbox relay throughput: messages/s from the outbox to a local HTTP receiver, with a same-run baseline.
+
+``run(dsn) -> dict`` (the harness entry point) or ``python bench/relay.py [--dsn DSN] [--messages N]``,
+which prints one JSON object. Without a DSN it uses ``SKIPLOCK_DSN``, else skiplock's embedded server.
+
+What is measured, in one run against one server:
+- ``baseline_posts_per_s``: the same HTTP client (httpx, same concurrency) POSTing the same number of
+  requests straight at the receiver, no database: the ceiling the relay can approach.
+- ``claimed_messages_per_s``: ``HttpSink`` through a relay with the default claimed lease (claim a
+  batch, deliver concurrently, one fenced UPDATE for the batch's outcomes).
+- ``transaction_messages_per_s``: the same with ``lease="transaction"`` (row locks held while delivering).
+- ``enqueue_job_messages_per_s``: ``EnqueueJobSink`` (no HTTP: each message becomes a job in the same
+  transaction): the relay's database cost alone.
+The receiver runs in a separate process (this file with ``--serve``), so it does not share the
+relay's interpreter lock; it counts requests and distinct idempotency keys, and the run checks that
+every message arrived exactly once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+DEFAULT_MESSAGES = 5000
+BATCH_SIZE = 200
+CONCURRENCY = 16
+
+
+# ---- the receiver (a separate process) ------------------------------------------------------------
+
+def serve() -> None:
+    """Answer 200 to every POST; GET /stats returns {"requests": n, "keys": distinct idempotency keys}."""
+    lock = threading.Lock()
+    keys: set[str] = set()
+    count = [0]
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _reply(self, data: bytes) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            key = self.headers.get("Idempotency-Key")
+            with lock:
+                count[0] += 1
+                if key:
+                    keys.add(key)
+            self._reply(b"ok")
+
+        def do_GET(self) -> None:
+            with lock:
+                body = json.dumps({"requests": count[0], "keys": len(keys)}).encode()
+                if self.path == "/reset":
+                    count[0] = 0
+                    keys.clear()
+            self._reply(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
+
+
+class ReceiverProcess:
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve"], stdout=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, text=True)
+        assert self.proc.stdout is not None
+        port = int(self.proc.stdout.readline())
+        self.base = f"http://127.0.0.1:{port}"
+
+    def stats(self, reset: bool = False) -> dict[str, int]:
+        import httpx
+
+        return httpx.get(f"{self.base}/{'reset' if reset else 'stats'}", timeout=10).json()
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+
+# ---- the measurements -----------------------------------------------------------------------------
+
+def _baseline(url: str, n: int, concurrency: int) -> float:
+    import httpx
+
+    client = httpx.Client(timeout=10, limits=httpx.Limits(max_connections=concurrency,
+                                                          max_keepalive_connections=concurrency))
+    body = json.dumps({"i": 0}).encode()
+
+    def post(i: int) -> None:
+        client.post(url, content=body, headers={"Content-Type": "application/json",
+                                                "Idempotency-Key": f"baseline-{i}"}).raise_for_status()
+    try:
+        with cf.ThreadPoolExecutor(concurrency) as pool:
+            list(pool.map(post, range(min(n, 200))))  # warm the connections
+            started = time.perf_counter()
+            list(pool.map(post, range(n)))
+            return n / (time.perf_counter() - started)
+    finally:
+        client.close()
+
+
+def _relay_rate(app: Any, sink: Any, n: int, **options: Any) -> float:
+    app.outbox.put_many([("bench", {"i": i, "pad": "x" * 64}) for i in range(n)])
+    relay = app.relay(sink, batch_size=BATCH_SIZE, concurrency=CONCURRENCY, handle_signals=False, **options)
+    started = time.perf_counter()
+    stats = relay.run(stop_when_empty=True)
+    elapsed = time.perf_counter() - started
+    if stats.sent != n:
+        raise RuntimeError(f"the relay sent {stats.sent} of {n} messages ({stats})")
+    return n / elapsed
+
+
+def run(dsn: str, messages: int = DEFAULT_MESSAGES) -> dict[str, Any]:
+    """Measure and return the results (see the module docstring); leaves nothing behind in ``dsn``."""
+    import psycopg
+    from psycopg import sql
+
+    import skiplock
+    from skiplock.outbox import EnqueueJobSink, HttpSink
+
+    schema = f"skiplock_bench_relay_{uuid.uuid4().hex[:8]}"
+    app = skiplock.App(dsn, schema=schema)
+    receiver = ReceiverProcess()
+    url = f"{receiver.base}/hook"
+    try:
+        app.migrate()
+        baseline = _baseline(url, messages, CONCURRENCY)
+        receiver.stats(reset=True)
+        results: dict[str, Any] = {"benchmark": "relay_throughput", "messages": messages, "batch_size": BATCH_SIZE,
+                                   "concurrency": CONCURRENCY, "baseline_posts_per_s": round(baseline, 1)}
+        for lease in ("claimed", "transaction"):
+            sink = HttpSink(url, max_connections=CONCURRENCY)
+            try:
+                rate = _relay_rate(app, sink, messages, lease=lease)
+            finally:
+                sink.close()
+            seen = receiver.stats(reset=True)
+            if seen != {"requests": messages, "keys": messages}:
+                raise RuntimeError(f"{lease} lease: the receiver saw {seen}, expected {messages} distinct messages once each")
+            results[f"{lease}_messages_per_s"] = round(rate, 1)
+        results["enqueue_job_messages_per_s"] = round(_relay_rate(app, EnqueueJobSink(app), messages), 1)
+        results["claimed_vs_baseline"] = round(results["claimed_messages_per_s"] / baseline, 3)
+        return results
+    finally:
+        receiver.close()
+        app.close()
+        with psycopg.connect(dsn, autocommit=True) as c:
+            c.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn", default=os.environ.get("SKIPLOCK_DSN"))
+    parser.add_argument("--messages", type=int, default=DEFAULT_MESSAGES)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve()
+        return
+    dsn = args.dsn
+    if not dsn:
+        import skiplock
+
+        dsn = skiplock.App().dsn  # the embedded server
+    print(json.dumps(run(dsn, args.messages)))
+
+
+if __name__ == "__main__":
+    main()
