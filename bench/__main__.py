@@ -28,7 +28,7 @@ from .common import (FULL, QUICK, REPO_ROOT, Context, Figure, MachineLoad, Serve
                      use_revision)
 
 # Scenario modules import skiplock, so they are loaded only after --rev has chosen which one.
-SCENARIOS = ["baseline", "drain", "many_workers", "backlog", "enqueue", "latency"]
+SCENARIOS = ["baseline", "drain", "many_workers", "backlog", "enqueue", "latency", "outbox_relay"]
 # what each scenario's ratios are measured against
 NEEDS = {"drain": ["baseline"], "many_workers": ["baseline", "drain"], "backlog": ["baseline"]}
 
