@@ -133,15 +133,16 @@ class Executor:
                 if i:  # it commits the claim transaction: let it lead a batch of its own
                     break
                 return [self.run_claimed(conn, claimed, task, slot)]
-            outcome = self.run(conn, claimed, slot)
+            outcome = self.run(conn, claimed, slot, savepoint_taken=i == 0)
             if conn.closed:  # the lease was ended on purpose; only this job's outcome was recorded
                 return [outcome]
             outcomes.append(outcome)
         conn.commit()
         return outcomes
 
-    def run(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, slot: str) -> Outcome:
-        """Run one job and write its outcome in the lease transaction (not committed here)."""
+    def run(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, slot: str, savepoint_taken: bool = False) -> Outcome:
+        """Run one job and write its outcome in the lease transaction (not committed here).
+        ``savepoint_taken``: the claim already sent this job's SAVEPOINT (same round trip)."""
         started_at = claimed.claimed_at  # the database's clock, like finished_at
         attempt, cancel_reason = self._start_attempt(claimed, slot, conn.info.backend_pid)
         if cancel_reason is not None:
@@ -159,7 +160,8 @@ class Executor:
                      f"(registered: {known}). The job is kept as failed.")
             return self._write(conn, claimed, attempt, Failed(error), started_at, slot, False)
 
-        self.backend.savepoint(conn)
+        if not savepoint_taken:
+            self.backend.savepoint(conn)
         if task.timeout is not None:
             self.backend.set_local_timeouts(conn, task.timeout)
         job = Job(id=claimed.id, queue=claimed.queue, task=claimed.task, args=claimed.args,

@@ -207,7 +207,7 @@ class Worker:
                         self._conns[index] = conn
                         if delay:
                             log.warning("slot %s: reconnected to the database", slot_name)
-                    claimed = backend.claim(conn, self.queues, self.batch_size)
+                    claimed = backend.claim(conn, self.queues, self.batch_size, savepoint=True)
                     if not claimed:
                         conn.rollback()
                         if self._stop_when_empty:

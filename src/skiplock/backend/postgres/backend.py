@@ -208,15 +208,24 @@ class PostgresBackend:
 
     # ---- the lease ---------------------------------------------------------------------------
 
-    def claim(self, conn: psycopg.Connection[Any], queues: Sequence[str] | None, limit: int = 1) -> list[ClaimedJob]:
-        """Lock up to ``limit`` available jobs in this connection's transaction (the lease)."""
+    def claim(self, conn: psycopg.Connection[Any], queues: Sequence[str] | None, limit: int = 1,
+              savepoint: bool = False) -> list[ClaimedJob]:
+        """Lock up to ``limit`` available jobs in this connection's transaction (the lease). With
+        ``savepoint``, the first job's SAVEPOINT is sent in the same round trip (pipeline mode, with
+        the transaction's BEGIN)."""
         if queues and len(queues) == 1:
-            rows = conn.execute(self.q["claim"], {"queue": queues[0], "limit": limit}).fetchall()
+            query, params = self.q["claim"], {"queue": queues[0], "limit": limit}
         elif queues:
-            rows = conn.execute(self.q["claim_of_queues"], {"queues": list(queues), "limit": limit}).fetchall()
+            query, params = self.q["claim_of_queues"], {"queues": list(queues), "limit": limit}
         else:
-            rows = conn.execute(self.q["claim_any_queue"], {"limit": limit}).fetchall()
-        return [ClaimedJob(*row) for row in rows]
+            query, params = self.q["claim_any_queue"], {"limit": limit}
+        if not savepoint:
+            return [ClaimedJob(*row) for row in conn.execute(query, params).fetchall()]
+        cur = conn.cursor(row_factory=tuple_row)
+        with conn.pipeline():
+            cur.execute(query, params)
+            conn.execute(self.q["savepoint"])
+        return [ClaimedJob(*row) for row in cur.fetchall()]
 
     def start_attempt(self, conn: psycopg.Connection[Any], job: ClaimedJob, worker: str,
                       lease_pid: int | None) -> tuple[int, str | None]:
