@@ -1,0 +1,58 @@
+"""The embedded default: no DSN starts (or reuses) a real PostgreSQL, as root and as a normal user."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def run_as_unprivileged(args: list[str], home: Path) -> subprocess.CompletedProcess[str]:
+    """Run the CLI as an ordinary user: `nobody` when the tests run as root, else ourselves."""
+    env = f"HOME={shlex.quote(str(home))} PYTHONUNBUFFERED=1"  # su starts a clean environment: no SKIPLOCK_DSN
+    command = " ".join(["env -u SKIPLOCK_DSN", env, shlex.quote(sys.executable), "-m", "skiplock", *map(shlex.quote, args)])
+    if os.geteuid() == 0:
+        argv = ["su", "nobody", "-s", "/bin/sh", "-c", command]
+    else:
+        argv = ["/bin/sh", "-c", command]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+
+
+def test_embedded_server_starts_and_is_reused_by_a_normal_user():
+    home = Path(tempfile.mkdtemp(prefix="skiplock-user-"))  # pytest's tmp dirs are private to root
+    home.chmod(0o777)
+    data = home / "pg"
+    try:
+        first = run_as_unprivileged(["--data-dir", str(data), "migrate"], home)
+        assert first.returncode == 0, first.stderr
+        assert f"embedded PostgreSQL in {data}" in first.stderr  # it says where it is
+        pid = (data / "postmaster.pid").read_text().splitlines()[0]
+        enq = run_as_unprivileged(["--data-dir", str(data), "enqueue", "t", "--args", '{"n": 1}'], home)
+        assert enq.returncode == 0 and enq.stdout.strip().isdigit(), enq.stderr
+        assert (data / "postmaster.pid").read_text().splitlines()[0] == pid  # reused, not restarted
+        owner = data.stat().st_uid
+        assert owner != 0  # PostgreSQL never runs as root
+    finally:
+        stop = run_as_unprivileged(["--data-dir", str(data), "server", "stop"], home)
+        shutil.rmtree(home, ignore_errors=True)
+        assert stop.returncode == 0, stop.stderr
+
+
+def test_embedded_server_as_the_current_user_via_the_api(tmp_path):
+    import skiplock
+
+    app = skiplock.App(data_dir=tmp_path / "pg")
+    try:
+        app.migrate()
+        job_id = app.enqueue("t", {"n": 1})
+        assert app.get_job(job_id).state == "queued"
+        assert app.embedded_server is not None and app.embedded_server.data_dir == (tmp_path / "pg").resolve()
+    finally:
+        app.close()
+        from skiplock import embedded
+
+        embedded.stop_server(tmp_path / "pg")
