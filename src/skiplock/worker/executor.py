@@ -34,6 +34,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from ..backend.base import ClaimedJob
+from ..backend.postgres.backend import CONNECTION_LOST
 from ..job import (Cancel, Cancelled, Done, Failed, Job, JobState, LeaseLost, Outcome, Retry, RetryLater, Snooze,
                    Snoozed)
 
@@ -102,7 +103,7 @@ class Executor:
                 self._local.attempts_conn = conn
             try:
                 return self.backend.start_attempt(conn, claimed, slot, lease_pid)
-            except psycopg.OperationalError:
+            except CONNECTION_LOST:
                 conn.close()
                 conn = None
                 if retry:
@@ -213,7 +214,7 @@ class Executor:
                     return outcome
                 conn.rollback()  # refused: the handler's writes go with it
                 return self._lost(claimed, outcome)
-            except psycopg.OperationalError:
+            except CONNECTION_LOST:
                 outcome = RetryLater(0.0, "the connection was lost before the job's completion committed")
         elif isinstance(outcome, Done):
             outcome = RetryLater(0.0, "the connection was lost before the job's completion committed")
@@ -345,7 +346,7 @@ class Executor:
                 written = backend.record_outcome(conn, claimed, attempt, state=state, delay=delay, error=error,
                                                  started_at=started_at, worker=slot, uncount=uncount)
                 return _as_written(outcome, written)
-            except psycopg.OperationalError:
+            except CONNECTION_LOST:
                 pass  # the connection died under us: record from a fresh one below
             except psycopg.Error as db_exc:
                 log.warning("job %s: could not record its outcome in its transaction (%s); recording separately",

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import psycopg
 
+from ..backend.postgres.backend import CONNECTION_LOST
 from ..errors import DatabaseUnavailable
 from ..job import Cancelled, Done, Failed, LeaseLost, RetryLater, Snoozed
 from ..maintenance.periodic import Scheduler
@@ -226,7 +227,7 @@ class Worker:
                         return
                     delay = min(self.max_reconnect_delay, max(0.25, delay * 2))
                     self.stats.reconnects += 1
-                    if isinstance(exc, (psycopg.OperationalError, DatabaseUnavailable)):
+                    if isinstance(exc, (*CONNECTION_LOST, DatabaseUnavailable)):
                         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                         log.warning("slot %s: database connection lost (%s); reconnecting in %.2fs",
                                     slot_name, reason, delay)

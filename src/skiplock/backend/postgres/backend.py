@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import threading
 import uuid
+from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
@@ -28,6 +29,15 @@ from .queries import load_migrations, load_queries
 CONNECT_TIMEOUT = 10
 # libpq-side TCP settings (ignored on Unix sockets).
 CLIENT_TCP = dict(keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3, tcp_user_timeout=30000)
+
+
+# Errors after which a connection is gone: the network or server failed, or the server ended the
+# session itself (idle-in-transaction and transaction timeouts arrive as InternalError).
+CONNECTION_LOST: tuple[type[Exception], ...] = (
+    psycopg.OperationalError,
+    psycopg.errors.IdleInTransactionSessionTimeout,
+    psycopg.errors.TransactionTimeout,
+)
 
 
 def describe_dsn(dsn: str) -> str:
@@ -91,17 +101,26 @@ class PostgresBackend:
                         open=False,
                         name="skiplock",
                         reconnect_timeout=60,
+                        check=ConnectionPool.check_connection,
                     )
                     pool.open(wait=True, timeout=CONNECT_TIMEOUT + 5)
                     self._pool = pool
         return self._pool
 
-    def _conn(self) -> Any:
-        """A pooled autocommit connection, with a clear error when the server is gone."""
+    @contextmanager
+    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled autocommit connection, with a clear error when the server is gone. Connections
+        are checked as they leave the pool, so one killed by a server restart is replaced, not used."""
+        pool = self.pool()
         try:
-            return self.pool().connection(timeout=CONNECT_TIMEOUT + 5)
+            with pool.connection(timeout=CONNECT_TIMEOUT + 5) as conn:
+                yield conn
         except PoolTimeout:
-            raise DatabaseUnavailable(f"no connection to PostgreSQL ({describe_dsn(self.dsn)}) within {CONNECT_TIMEOUT + 5}s") from None
+            raise DatabaseUnavailable(f"no connection to PostgreSQL ({describe_dsn(self.dsn)}) within "
+                                      f"{CONNECT_TIMEOUT + 5}s") from None
+        except CONNECTION_LOST as exc:
+            raise DatabaseUnavailable(f"lost the connection to PostgreSQL ({describe_dsn(self.dsn)}): "
+                                      f"{one_line(exc)}") from None
 
     def connect_lease(self, application_name: str = "skiplock-worker") -> psycopg.Connection[Any]:
         """A dedicated connection for one worker slot; its transactions are job leases."""
