@@ -3,16 +3,18 @@ database for conditions with a deadline (never a fixed sleep standing in for an 
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import psycopg
+from support import cli_argv, wait_for  # noqa: F401 - re-exported for the tests
+from support import cli_env as _cli_env
+from support import run_cli as _run_cli
+
+
 
 HERE = Path(__file__).resolve().parent
 APP = "tasks_app:app"
@@ -22,21 +24,18 @@ EXIT_TIMEOUT = 30
 
 
 def cli_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
-    env["PYTHONUNBUFFERED"] = "1"
-    env["COLUMNS"] = "200"  # rich tables: no column truncation in captured output
-    return env
-
-
-def cli_argv(dsn: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", "skiplock", "--quiet", "--dsn", dsn, *args]
+    return _cli_env(HERE)
 
 
 def run_cli(dsn: str, *args: str, timeout: float = CLI_TIMEOUT) -> subprocess.CompletedProcess[str]:
     """Run one CLI command to completion (the timeout is only a safety net)."""
-    return subprocess.run(cli_argv(dsn, *args), cwd=HERE, env=cli_env(), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=timeout)
+    return _run_cli(dsn, *args, cwd=HERE, timeout=timeout)
+
+
+
+
+
+
 
 
 @dataclass
@@ -106,18 +105,6 @@ class Spawner:
                 pass
 
 
-def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.02,
-             on_timeout: Callable[[], str] | None = None) -> Any:
-    """Poll ``condition`` until it returns something truthy (returned), or fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            extra = f"\n{on_timeout()}" if on_timeout else ""
-            raise AssertionError(f"timed out after {timeout}s waiting for: {what}{extra}")
-        time.sleep(interval)
 
 
 def scalar(db: psycopg.Connection[Any], query: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Any:

@@ -8,14 +8,11 @@ timing asserted is a stated behaviour bound (how soon a partitioned job is back)
 
 from __future__ import annotations
 
-import os
 import select
 import signal
 import socket
 import subprocess
-import sys
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +22,9 @@ import psycopg
 from psycopg import conninfo
 
 from skiplock import embedded
+from support import cli_argv, wait_for  # noqa: F401 - re-exported for the tests
+from support import cli_env as _cli_env
+from support import run_cli as _run_cli
 
 HERE = Path(__file__).resolve().parent
 APP = "faults_tasks:app"
@@ -91,21 +91,15 @@ class FaultServer:
 
 
 def cli_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SKIPLOCK_", "FAULTS_"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
-    env["PYTHONUNBUFFERED"] = "1"
-    env["COLUMNS"] = "200"
-    env.update(extra)
-    return env
-
-
-def cli_argv(dsn: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", "skiplock", "--quiet", "--dsn", dsn, *args]
+    return _cli_env(HERE, **extra)
 
 
 def run_cli(dsn: str, *args: str, timeout: float = CLI_TIMEOUT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cli_argv(dsn, *args), cwd=HERE, env=cli_env(), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=timeout)
+    return _run_cli(dsn, *args, cwd=HERE, timeout=timeout)
+
+
+
+
 
 
 @dataclass
@@ -205,18 +199,6 @@ def wait_ready(db: psycopg.Connection[Any], wp: WorkerProc, timeout: float = 30)
     assert wp.alive(), f"worker {wp.pid} exited at start\n{wp.tail()}"
 
 
-def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.05,
-             on_timeout: Callable[[], str] | None = None) -> Any:
-    """Poll ``condition`` until it returns something truthy (returned), or fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            extra = f"\n{on_timeout()}" if on_timeout else ""
-            raise AssertionError(f"timed out after {timeout}s waiting for: {what}{extra}")
-        time.sleep(interval)
 
 
 # ---- a TCP proxy that can stall -----------------------------------------------------------------------

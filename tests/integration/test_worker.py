@@ -6,7 +6,6 @@ import threading
 import time
 from typing import Any, Callable
 
-import psycopg
 import pytest
 
 import skiplock

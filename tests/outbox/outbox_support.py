@@ -7,26 +7,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from skiplock.retry import Constant
+from support import wait_for  # noqa: F401 - re-exported for the tests
 
 FAST_RETRY = Constant(0.05)  # retries due almost at once, so a retry test takes milliseconds
 
 
-def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.02,
-             on_timeout: Callable[[], str] | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            extra = f"\n{on_timeout()}" if on_timeout else ""
-            raise AssertionError(f"timed out after {timeout}s waiting for: {what}{extra}")
-        time.sleep(interval)
 
 
 def states(db) -> dict[str, int]:

@@ -1,0 +1,45 @@
+"""Helpers shared by the test folders: polling with a deadline and running the real CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 30.0, what: str = "a condition", interval: float = 0.02,
+             on_timeout: Callable[[], str] | None = None) -> Any:
+    """Poll ``condition`` until it returns something truthy (returned), or fail after ``timeout``.
+    The deadline is a safety net for a hung system, never an assertion about speed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            extra = f"\n{on_timeout()}" if on_timeout else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for: {what}{extra}")
+        time.sleep(interval)
+
+
+def cli_env(importable: Path, **extra: str) -> dict[str, str]:
+    """The environment for CLI subprocesses: no SKIPLOCK_* from outside, ``importable`` on the path."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(importable), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env["PYTHONUNBUFFERED"] = "1"
+    env["COLUMNS"] = "200"  # rich tables: no column truncation in captured output
+    env.update(extra)
+    return env
+
+
+def cli_argv(dsn: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "skiplock", "--quiet", "--dsn", dsn, *args]
+
+
+def run_cli(dsn: str, *args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run one CLI command to completion (the timeout is only a safety net)."""
+    return subprocess.run(cli_argv(dsn, *args), cwd=cwd, env=cli_env(cwd), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=timeout)
