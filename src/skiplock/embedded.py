@@ -70,8 +70,10 @@ class EmbeddedServer:
         return _bin_dir()
 
     def pg_ctl(self, *args: str, timeout: float = 60) -> None:
-        """Run ``pg_ctl`` on this server (used by fault tests to restart it)."""
-        _run_as_server_user([str(_bin_dir() / "pg_ctl"), "-D", str(self.data_dir), *args], timeout=timeout)
+        """Run ``pg_ctl`` on this server (used by fault tests to restart it). A (re)started server
+        logs to server.log: without ``-l`` it would keep pg_ctl's output pipe open and hang us."""
+        extra = [] if "-l" in args or not {"start", "restart"} & set(args) else ["-l", str(self.data_dir / "server.log")]
+        _run_as_server_user([str(_bin_dir() / "pg_ctl"), "-D", str(self.data_dir), *extra, *args], timeout=timeout)
 
 
 def _bin_dir() -> Path:
