@@ -43,3 +43,37 @@ def run_cli(dsn: str, *args: str, cwd: Path, timeout: float = 60) -> subprocess.
     """Run one CLI command to completion (the timeout is only a safety net)."""
     return subprocess.run(cli_argv(dsn, *args), cwd=cwd, env=cli_env(cwd), stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=timeout)
+
+
+class ChildProcess:
+    """A CLI child process (worker or relay) a test drives with signals. Subclasses hold ``proc`` and
+    say where its log is (``output``)."""
+
+    kind = "process"
+    proc: subprocess.Popen[bytes]
+
+    def output(self) -> str:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def slot_pattern(self) -> str:
+        """LIKE pattern matching this process's worker slot names (``host:pid/slot``, as in jobs.worker)."""
+        return f"%:{self.proc.pid}/%"
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait(self, timeout: float = 30) -> int:
+        """The exit code; fails the test (with the log's tail) if it does not exit in ``timeout``."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{self.kind} {self.pid} did not exit within {timeout}s; its log (tail):\n"
+                                 f"{self.output()[-4000:]}") from None

@@ -10,17 +10,15 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import psycopg
-from support import cli_argv, wait_for  # noqa: F401 - re-exported for the tests
+from support import ChildProcess, cli_argv, wait_for  # noqa: F401 - re-exported for the tests
 from support import cli_env as _cli_env
 from support import run_cli as _run_cli
-
 
 
 HERE = Path(__file__).resolve().parent
 APP = "tasks_app:app"
 # Safety nets only: a hung process fails the test instead of hanging the suite.
 CLI_TIMEOUT = 60
-EXIT_TIMEOUT = 30
 
 
 def cli_env() -> dict[str, str]:
@@ -32,45 +30,18 @@ def run_cli(dsn: str, *args: str, timeout: float = CLI_TIMEOUT) -> subprocess.Co
     return _run_cli(dsn, *args, cwd=HERE, timeout=timeout)
 
 
-
-
-
-
-
-
 @dataclass
-class WorkerProc:
+class WorkerProc(ChildProcess):
     proc: subprocess.Popen[bytes]
     stdout_path: Path
     stderr_path: Path
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    @property
-    def slot_pattern(self) -> str:
-        """LIKE pattern matching this process's slot names (``host:pid/slot``)."""
-        return f"%:{self.proc.pid}/%"
+    kind = "worker"
 
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace")
 
     def output(self) -> str:
         return self.stdout_path.read_text(errors="replace") + self.stderr()
-
-    def signal(self, sig: int) -> None:
-        self.proc.send_signal(sig)
-
-    def wait(self, timeout: float = EXIT_TIMEOUT) -> int:
-        """The exit code; fails the test (with the worker's log) if it does not exit in ``timeout``."""
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"worker {self.pid} did not exit within {timeout}s; its log:\n{self.output()[-4000:]}")
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
 
 
 class Spawner:
@@ -103,8 +74,6 @@ class Spawner:
                 wp.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-
-
 
 
 def scalar(db: psycopg.Connection[Any], query: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Any:

@@ -22,14 +22,13 @@ import psycopg
 from psycopg import conninfo
 
 from skiplock import embedded
-from support import cli_argv, wait_for  # noqa: F401 - re-exported for the tests
+from support import ChildProcess, cli_argv, wait_for  # noqa: F401 - re-exported for the tests
 from support import cli_env as _cli_env
 from support import run_cli as _run_cli
 
 HERE = Path(__file__).resolve().parent
 APP = "faults_tasks:app"
 CLI_TIMEOUT = 60  # safety nets only: a hung process fails the test instead of hanging the suite
-EXIT_TIMEOUT = 30
 
 # ---- the suite's own server -------------------------------------------------------------------------
 
@@ -98,41 +97,17 @@ def run_cli(dsn: str, *args: str, timeout: float = CLI_TIMEOUT) -> subprocess.Co
     return _run_cli(dsn, *args, cwd=HERE, timeout=timeout)
 
 
-
-
-
-
 @dataclass
-class WorkerProc:
+class WorkerProc(ChildProcess):
     proc: subprocess.Popen[bytes]
     log_path: Path
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    @property
-    def slot_pattern(self) -> str:
-        """LIKE pattern of this process's slot names (``host:pid/slot``, as in jobs.worker)."""
-        return f"%:{self.proc.pid}/%"
+    kind = "worker"
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
 
     def tail(self, n: int = 4000) -> str:
         return f"--- worker {self.pid} log (tail) ---\n{self.output()[-n:]}"
-
-    def signal(self, sig: int) -> None:
-        self.proc.send_signal(sig)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def wait(self, timeout: float = EXIT_TIMEOUT) -> int:
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"worker {self.pid} did not exit within {timeout}s\n{self.tail()}") from None
 
 
 class Workers:
@@ -197,8 +172,6 @@ def wait_ready(db: psycopg.Connection[Any], wp: WorkerProc, timeout: float = 30)
         db, "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s",
         [f"skiplock-worker {wp.slot_pattern}"]) > 0, timeout, f"worker {wp.pid} to serve", on_timeout=wp.tail)
     assert wp.alive(), f"worker {wp.pid} exited at start\n{wp.tail()}"
-
-
 
 
 # ---- a TCP proxy that can stall -----------------------------------------------------------------------

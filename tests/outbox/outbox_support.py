@@ -11,11 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from skiplock.retry import Constant
-from support import wait_for  # noqa: F401 - re-exported for the tests
+from support import ChildProcess, wait_for  # noqa: F401 - re-exported for the tests
 
 FAST_RETRY = Constant(0.05)  # retries due almost at once, so a retry test takes milliseconds
-
-
 
 
 def states(db) -> dict[str, int]:
@@ -36,28 +34,16 @@ def row(db, message_id: int) -> dict[str, Any]:
 
 # ---- relay processes (the real CLI) -----------------------------------------------------------------
 
-EXIT_TIMEOUT = 30  # safety net only
 
 
-class RelayProc:
+class RelayProc(ChildProcess):
+    kind = "relay"
+
     def __init__(self, proc: subprocess.Popen, log: Path):
         self.proc, self.log = proc, log
 
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
     def output(self) -> str:
         return self.log.read_text(errors="replace")
-
-    def signal(self, sig: int) -> None:
-        self.proc.send_signal(sig)
-
-    def wait(self, timeout: float = EXIT_TIMEOUT) -> int:
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"relay {self.pid} did not exit within {timeout}s; its log:\n{self.output()[-4000:]}") from None
 
 
 class RelaySpawner:
