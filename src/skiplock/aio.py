@@ -56,13 +56,12 @@ class AsyncApp:
         return row[0]
 
     async def enqueue_many(self, jobs: Iterable[tuple[Any, ...]], *, conn: Any = None) -> list[int]:
-        """As :meth:`App.enqueue_many` (one statement), also on an ``AsyncConnection``."""
+        """As :meth:`App.enqueue_many`, also on an ``AsyncConnection``: the same checks (a bad item is
+        refused by index before anything is sent), then one INSERT statement in the caller's
+        transaction, whatever the batch size (the COPY path of large batches is sync only)."""
         if not isinstance(conn, psycopg.AsyncConnection):
             return await asyncio.to_thread(functools.partial(self.app.enqueue_many, jobs, conn=conn))
-        items = list(jobs)
-        new = [self.app._new_job(i[0], i[1], *(dict(i[2]).get(k) for k in
-                                              ("queue", "priority", "run_at", "delay", "max_attempts")))
-               if len(i) == 3 else self.app._new_job(i[0], i[1], None, None, None, None, None) for i in items]
+        new = self.app._new_jobs(jobs)
         if not new:
             return []
         backend = await asyncio.to_thread(self.app._ready)

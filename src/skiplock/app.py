@@ -112,6 +112,62 @@ def to_json(value: Any, what: str, limit: int, error: type[Exception] = InvalidJ
     return text
 
 
+def _compact_json_encoder() -> Callable[[Any], str]:
+    """``json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)`` without its
+    per-call set-up: json.dumps builds a new C encoder on every call, most of its cost for the small
+    objects job arguments are. This is that C encoder, built once (checked against json.dumps here;
+    json.dumps itself if it is unavailable). It skips the circular-reference check, so a cycle ends in
+    RecursionError instead of ValueError: callers treat any error as "use :func:`to_json`", which
+    says exactly what is wrong."""
+    plain = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is not None:
+        try:
+            c_encode = make(None, plain.default, json.encoder.encode_basestring, None, ":", ",", False, False, False)
+
+            def encode(value: Any) -> str:
+                return "".join(c_encode(value, 0))
+
+            sample = {"a": [1, -2.5, 1e300, None, True, "é\n\"\\\u2028"], "b": {"c": -0.0, "d": 10**20}, "": []}
+            if encode(sample) == json.dumps(sample, allow_nan=False, separators=(",", ":"), ensure_ascii=False):
+                return encode
+        except Exception:  # noqa: BLE001 - another Python's internals: use the public path
+            pass
+    return plain.encode
+
+
+_encode_compact = _compact_json_encoder()
+# enqueue_many options that _new_jobs' shortcut handles (run_at and delay vary per job: no shortcut)
+_PLAIN_OPTIONS = frozenset({"queue", "priority", "max_attempts"})
+_STR_OR_NONE = (str, type(None))
+_INT_OR_NONE = (int, type(None))
+_only_str = frozenset({str}).issuperset
+
+
+def _plain_args_json(args: dict[Any, Any], limit: int) -> str | None:
+    """Exactly ``serialise_args(args, limit)`` for the common case -- a dict with str keys that
+    encodes without error, holds no ``\\u0000`` escape and fits ``limit`` -- at a fraction of the
+    cost; None for anything else, which then goes through serialise_args for its verdict."""
+    if not args:
+        return "{}" if limit >= 2 else None
+    if not _only_str(map(type, args)):
+        return None
+    try:
+        text = _encode_compact(args)
+    except Exception:  # noqa: BLE001 - serialise_args names the problem
+        return None
+    if "\\u0000" in text:
+        return None
+    if text.isascii():
+        size = len(text)
+    else:
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            return None
+    return text if size <= limit else None
+
+
 def serialise_args(args: Any, limit: int) -> str:
     """JSON text of a job's keyword arguments (a JSON object with string keys), or InvalidJob."""
     if args is None:
@@ -285,6 +341,8 @@ class App:
                  delay: float | timedelta | None, max_attempts: int | None) -> NewJob:
         if not isinstance(task, str) or not task:
             raise InvalidJob(f"task must be a non-empty string, got {task!r}")
+        if "\x00" in task:
+            raise InvalidJob("task names cannot contain NUL characters")
         registered = self.tasks.get(task)
         if delay is not None:
             if run_at is not None:
@@ -328,10 +386,64 @@ class App:
 
     def enqueue_many(self, jobs: Iterable[tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], Mapping[str, Any]]],
                      *, conn: Any = None) -> list[int]:
-        """Insert many jobs in one statement (one round trip); ids in input order. Each item is
-        ``(task, args)`` or ``(task, args, options)`` with options as for :meth:`enqueue`."""
+        """Insert many jobs in one transaction and return their ids, in input order. Each item is
+        ``(task, args)`` or ``(task, args, options)`` with options as for :meth:`enqueue` (``queue``,
+        ``priority``, ``run_at``, ``delay``, ``max_attempts``).
+
+        - Every item is checked before anything is sent: a bad one raises :class:`InvalidJob` naming
+          its index, and nothing is written (the caller's transaction stays usable).
+        - One transaction: all the jobs exist or none do. With ``conn`` (a psycopg connection) it is
+          the caller's transaction -- the jobs exist only if the caller commits; a connection in
+          autocommit mode gets a transaction of its own for this call. Workers get one wake-up
+          NOTIFY, at commit.
+        - ``ids[k]`` is the id of item ``k``. The ids ascend in input order (at equal priority an earlier
+          item is claimed first) but need not be contiguous: concurrent enqueuers draw from the same
+          sequence.
+        - A job without ``run_at``/``delay`` is due at the transaction's start (``now()``).
+
+        Fewer than 1,000 jobs (``backend.postgres.backend.COPY_MIN_JOBS``) go in one INSERT statement;
+        larger batches are streamed with COPY after one statement has reserved their ids (2-3 times
+        the rows per second; not on a connection in pipeline mode or with a non-UTF-8 client
+        encoding, which get the INSERT)."""
+        new = self._new_jobs(jobs)
+        if not new:
+            return []
+        return self._ready().enqueue(new, conn)
+
+    def _new_jobs(self, jobs: Iterable[Any]) -> list[NewJob]:
+        """Check ``enqueue_many`` items: the jobs to insert, or InvalidJob naming the first bad item.
+
+        :meth:`_new_job` is the one definition of a valid job; this only avoids repeating its work.
+        An item ``(task, args)`` or ``(task, args, {queue/priority/max_attempts})`` with a plain dict
+        of args takes a shortcut once an item of the same task and options (same values, same exact
+        types) has been through _new_job in this call: the checked queue, priority and max_attempts
+        are reused, and :func:`_plain_args_json` encodes the args (deferring to serialise_args for
+        anything unusual). Same jobs, same errors, 2-4 times less Python per item."""
         new: list[NewJob] = []
+        append = new.append
+        limit = self.max_args_bytes
+        checked: dict[tuple[str, str | None, int | None, int | None], tuple[str, int, int]] = {}
         for i, item in enumerate(jobs):
+            key = None
+            if type(item) is tuple:
+                if len(item) == 2:
+                    task, args = item
+                    if type(task) is str:
+                        key = (task, None, None, None)
+                elif len(item) == 3 and type(item[2]) is dict and item[2].keys() <= _PLAIN_OPTIONS:
+                    task, args, options = item
+                    queue, priority, attempts = options.get("queue"), options.get("priority"), options.get("max_attempts")
+                    # exact types only: True == 1 and 1.0 == 1 as dict keys, but neither is a valid priority
+                    if type(task) is str and type(queue) in _STR_OR_NONE and type(priority) in _INT_OR_NONE \
+                            and type(attempts) in _INT_OR_NONE:
+                        key = (task, queue, priority, attempts)
+                if key is not None and type(args) is dict:
+                    known = checked.get(key)
+                    if known is not None:
+                        text = _plain_args_json(args, limit)
+                        if text is not None:
+                            append(NewJob(task, text, known[0], known[1], known[2], None))
+                            continue
             if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
                 raise InvalidJob(f"item {i}: expected (task, args) or (task, args, options), got {item!r}")
             options = dict(item[2]) if len(item) == 3 else {}
@@ -339,13 +451,14 @@ class App:
             if unknown:
                 raise InvalidJob(f"item {i}: unknown options {sorted(unknown)}")
             try:
-                new.append(self._new_job(item[0], item[1], options.get("queue"), options.get("priority"),
-                                         options.get("run_at"), options.get("delay"), options.get("max_attempts")))
+                job = self._new_job(item[0], item[1], options.get("queue"), options.get("priority"),
+                                    options.get("run_at"), options.get("delay"), options.get("max_attempts"))
             except InvalidJob as exc:
                 raise InvalidJob(f"item {i}: {exc}") from None
-        if not new:
-            return []
-        return self._ready().enqueue(new, conn)
+            append(job)
+            if key is not None:
+                checked[key] = (job.queue, job.priority, job.max_attempts)
+        return new
 
     # ---- reading -----------------------------------------------------------------------------
 

@@ -79,14 +79,15 @@ def run_demo(admin_dsn: str, *, jobs: int = 10_000, workers: int = 4, concurrenc
                 done = db.execute("SELECT count(*) FROM skiplock.jobs WHERE state = 'done'").fetchone()[0]
                 progress.update(bar, completed=done)
                 if victim.poll() is None and done >= jobs // 3 and not killed_in_flight:
-                    # Kill while the victim is inside a handler: its started-but-unfinished attempts are
-                    # the rows in job_attempts that name its pid.
-                    rows = db.execute("SELECT job_id FROM skiplock.job_attempts WHERE worker LIKE %s",
-                                      [f"%:{victim.pid}/%"]).fetchall()
+                    # Kill while the victim has jobs in flight: the jobs of its uncommitted transactions
+                    # are in the rows of job_attempts (a job run alone) and job_batches (a batch) naming it.
+                    rows = db.execute("SELECT job_id FROM skiplock.job_attempts WHERE worker LIKE %(w)s UNION "
+                                      "SELECT unnest(ids) FROM skiplock.job_batches WHERE worker LIKE %(w)s",
+                                      {"w": f"%:{victim.pid}/%"}).fetchall()
                     if rows:
                         victim.send_signal(signal.SIGKILL)
                         victim.wait()
-                        killed_in_flight = [r[0] for r in rows]
+                        killed_in_flight = sorted(r[0] for r in rows)
                         progress.console.print(f"[bold red]SIGKILL[/] worker {victim.pid} with job(s) "
                                                f"{', '.join(map(str, killed_in_flight))} in flight")
                 time.sleep(0.05 if killed_in_flight or done < jobs // 3 else 0.002)
@@ -128,7 +129,7 @@ def _report(dsn: str, jobs: int, victim_pid: int, in_flight: list[int], elapsed:
         ("...their effects left by the killed worker", str(victim_effects_for_inflight), victim_effects_for_inflight == 0),
         ("...redone by another worker (attempt, pid)",
          "; ".join(f"job {i}: attempt {a} by pid {p}" for i, a, p in redone) or "-",
-         len(redone) == len(in_flight) and all(p != victim_pid and a >= 2 for _, a, p in redone)),
+         len(redone) == len(in_flight) and all(p != victim_pid for _, a, p in redone)),
         ("wall time / throughput", f"{elapsed:.1f}s / {jobs / elapsed:,.0f} jobs/s", True),
     ]
     table = Table(title="skiplock demo: the transaction is the lease")

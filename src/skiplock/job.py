@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     import psycopg
@@ -28,7 +28,10 @@ class JobState(str, enum.Enum):
 class Job:
     """A job as stored. While a handler runs, ``conn`` is the connection of the job's transaction:
     whatever the handler writes through it commits together with the job's ``done`` update, or not
-    at all. ``attempt`` is the number of this run (1 for the first)."""
+    at all. ``attempt`` is the number of this run (1 for the first).
+
+    The job's savepoint is taken when the handler first reads ``conn`` (a handler that never does
+    has no database effects to undo, and costs no round trip for it)."""
 
     id: int
     queue: str
@@ -48,7 +51,17 @@ class Job:
     worker: str | None = None
     unique_key: str | None = None
     lease_expires_at: datetime | None = None
-    conn: "psycopg.Connection[Any] | None" = field(default=None, repr=False, compare=False)
+    _conn: "psycopg.Connection[Any] | None" = field(default=None, repr=False, compare=False)
+    _before_conn: "Callable[[], None] | None" = field(default=None, repr=False, compare=False)
+
+    @property
+    def conn(self) -> "psycopg.Connection[Any] | None":
+        """The connection of the job's transaction while its handler runs (None otherwise)."""
+        hook = self._before_conn
+        if hook is not None:
+            self._before_conn = None
+            hook()
+        return self._conn
 
     @property
     def attempt(self) -> int:

@@ -88,10 +88,14 @@ def job_row(db: psycopg.Connection[Any], job_id: int) -> dict[str, Any]:
     return row
 
 
-def in_flight(db: psycopg.Connection[Any], worker: WorkerProc) -> list[int]:
-    """Jobs whose attempt ``worker`` has started and not finished (its rows in job_attempts)."""
-    return [r[0] for r in db.execute("SELECT job_id FROM skiplock.job_attempts WHERE worker LIKE %s ORDER BY job_id",
-                                     [worker.slot_pattern]).fetchall()]
+def in_flight(db: psycopg.Connection[Any], worker: WorkerProc) -> dict[int, str]:
+    """Jobs in a transaction of ``worker`` that has not committed: {job id: "alone"} for an attempt
+    counted on its own (its row in job_attempts), {job id: "batch"} for the jobs of a batch (its row
+    in job_batches lists them all, run yet or not)."""
+    rows = db.execute("SELECT job_id, 'alone' FROM skiplock.job_attempts WHERE worker LIKE %(w)s "
+                      "UNION ALL SELECT unnest(ids), 'batch' FROM skiplock.job_batches WHERE worker LIKE %(w)s",
+                      {"w": worker.slot_pattern}).fetchall()
+    return {job_id: kind for job_id, kind in sorted(rows, key=lambda r: r[1])}  # "batch" wins if both
 
 
 def effects_of(db: psycopg.Connection[Any], job_id: int) -> list[tuple[int, int]]:

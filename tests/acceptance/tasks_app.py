@@ -54,6 +54,15 @@ def suicide(job: Any) -> None:
     time.sleep(60)  # not reached
 
 
+@app.task(name="crash_if")
+def crash_if(job: Any, crash: bool = False) -> None:
+    """Fast (so it is batched), except when asked to SIGKILL its worker: a poison job among batch-mates."""
+    record(job)
+    if crash:
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)  # not reached
+
+
 @app.task(name="raise_base", max_attempts=2, retry=0.0)
 def raise_base(job: Any, kind: str) -> None:
     """Write the effect, then raise a BaseException that is not an Exception."""

@@ -20,12 +20,12 @@ def _lease_sessions_busy(db, w) -> int:
                   [f"skiplock-worker {w.slot_pattern}"])
 
 
-def _freeze_with_jobs_in_flight(db, victim, timeout: float = 60) -> list[int]:
-    """SIGSTOP ``victim`` at a moment it has job(s) in flight and return them.
+def _freeze_with_jobs_in_flight(db, victim, timeout: float = 60) -> dict[int, str]:
+    """SIGSTOP ``victim`` at a moment it has job(s) in flight and return them (see ``in_flight``).
 
     A stopped process sends nothing, so once its lease sessions are idle (in transaction) its set of
-    started-but-uncommitted attempts cannot change: the rows in job_attempts naming it are exactly
-    the jobs whose transactions the kill will roll back.
+    uncommitted transactions cannot change: the rows in job_attempts and job_batches naming it are
+    exactly the jobs whose transactions the kill will roll back.
     """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -74,17 +74,22 @@ def test_sigkill_mid_job_loses_nothing_and_doubles_nothing(dsn, effects, produce
     assert db.execute("SELECT job_id, count(*) FROM effects GROUP BY job_id HAVING count(*) <> 1").fetchall() == []
     assert scalar(db, "SELECT count(DISTINCT job_id) FROM effects WHERE job_id = ANY(%s)", [ids]) == N_JOBS
     # The jobs the victim had in flight: its writes rolled back with it, and another worker redid them.
+    # A job killed while counted alone was charged that attempt; a job killed in a batch was not (the
+    # batch's jobs then ran again alone, each with a counted attempt, and none of them crashed again).
     survivor_pids = {w.pid for w in survivors}
-    for job_id in killed_jobs:
+    for job_id, kind in killed_jobs.items():
         runs = effects_of(db, job_id)
         assert len(runs) == 1, runs
         attempt, pid = runs[0]
         assert pid in survivor_pids, f"job {job_id}: effect left by pid {pid}, the victim was {victim.pid}"
-        assert attempt >= 2
         job = job_row(db, job_id)
-        assert job["state"] == "done" and job["attempts"] >= 2, job
-    # Finished attempts leave no bookkeeping behind.
+        assert job["state"] == "done" and job["attempts"] == attempt, job
+        assert attempt >= (2 if kind == "alone" else 1), (kind, job)
+    # Finished attempts and committed batches leave no bookkeeping behind; a killed batch's row names
+    # only finished jobs now, and pruning removes it.
     assert scalar(db, "SELECT count(*) FROM skiplock.job_attempts") == 0
+    assert scalar(db, "SELECT count(*) FROM skiplock.job_batches b WHERE EXISTS "
+                      "(SELECT FROM skiplock.jobs j WHERE j.id = ANY(b.ids) AND j.state <> 'done')") == 0
     # All three worked: the kill really happened mid-run.
     pids = {r[0] for r in db.execute("SELECT DISTINCT pid FROM effects").fetchall()}
     assert pids == {w.pid for w in workers}
@@ -133,6 +138,36 @@ def test_poison_job_reports_max_attempts_through_the_api(dsn, effects, producer,
     job = producer.get_job(job_id)
     assert job.state == "failed"
     assert job.attempts == 1, f"{job.attempts}/{job.max_attempts}"
+
+
+def test_poison_job_in_a_batch_is_charged_alone_and_its_batch_mates_are_not(dsn, effects, producer, spawn):
+    """The poison job kills its worker in the middle of a batch. Nothing of that batch commits, and the
+    batch's row stays behind: each of its jobs is then run alone with a counted attempt. The poison job
+    crashes each of those until it gives up; its batch-mates are done once, charged one attempt."""
+    db = effects
+    before = producer.enqueue_many([("crash_if", {})] * 20)  # the claim size ramps to 16 (1+2+4+8+...)
+    poison = producer.enqueue("crash_if", {"crash": True}, max_attempts=2)
+    after = producer.enqueue_many([("crash_if", {})] * 20)
+    codes = []
+    for _ in range(6):
+        w = spawn.worker(dsn, "--batch-size", "16", "--batch-budget", "60", concurrency=1, stop_when_empty=True)
+        codes.append(w.wait(timeout=60))
+        if codes[-1] == 0:
+            break
+    # One kill in the batch (not counted), two alone (counted), then the attempt limit.
+    assert codes == [-signal.SIGKILL] * 3 + [0], codes
+    job = job_row(db, poison)
+    assert (job["state"], job["attempts"]) == ("failed", 2), job
+    assert "attempt(s) started and none finished" in job["last_error"]
+    assert effects_of(db, poison) == []
+    rows = db.execute("SELECT id, state, attempts FROM skiplock.jobs WHERE id <> %s ORDER BY id", [poison]).fetchall()
+    assert rows == [(i, "done", 1) for i in before + after]
+    assert db.execute("SELECT job_id, count(*) FROM effects GROUP BY 1 HAVING count(*) <> 1").fetchall() == []
+    assert scalar(db, "SELECT count(*) FROM effects") == len(before + after)
+    # The dead batches' rows now name only finished jobs: pruning removes them.
+    assert scalar(db, "SELECT count(*) FROM skiplock.job_batches") > 0
+    producer.prune()
+    assert scalar(db, "SELECT count(*) FROM skiplock.job_batches") == 0
 
 
 @pytest.mark.parametrize("kind", ["SystemExit", "KeyboardInterrupt"])

@@ -16,7 +16,7 @@ def test_sigterm_finishes_the_in_flight_job_and_claims_nothing_more(dsn, effects
     slow_id, behind_id = producer.enqueue_many([("slow", {"seconds": 2}), ("effect", {})])
     w = spawn.worker(dsn, concurrency=1)
 
-    wait_for(lambda: in_flight(db, w) == [slow_id], 30, f"worker to start job {slow_id}", on_timeout=w.output)
+    wait_for(lambda: list(in_flight(db, w)) == [slow_id], 30, f"worker to start job {slow_id}", on_timeout=w.output)
     w.signal(signal.SIGTERM)
     # Read after the signal was sent: the job (and its effect) had not committed yet, so it was in flight.
     assert job_row(db, slow_id)["state"] == "queued" and effects_of(db, slow_id) == []
@@ -45,7 +45,7 @@ def test_second_signal_aborts_and_the_job_is_redone_exactly_once(dsn, effects, p
     job_id = producer.enqueue("slow", {"seconds": 120, "first_attempt_only": True})
     w = spawn.worker(dsn, concurrency=1)
 
-    wait_for(lambda: in_flight(db, w) == [job_id], 30, f"worker to start job {job_id}", on_timeout=w.output)
+    wait_for(lambda: list(in_flight(db, w)) == [job_id], 30, f"worker to start job {job_id}", on_timeout=w.output)
     w.signal(signal.SIGTERM)
     wait_for(lambda: "received SIGTERM" in w.stderr(), 30, "the worker to log the first signal",
              on_timeout=w.output)

@@ -69,8 +69,10 @@ def test_batch_enqueue_cut_by_an_immediate_shutdown_is_all_or_nothing(fault_serv
     thread = threading.Thread(target=enqueue)
     thread.start()
     try:
+        # a batch this large is streamed with COPY (smaller ones: INSERT … unnest)
         wait_for(lambda: scalar(fdb, "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
-                                     "AND query LIKE '%%INSERT INTO%%jobs%%' AND pid <> pg_backend_pid()")
+                                     "AND (query LIKE 'COPY %%jobs%%' OR query LIKE '%%INSERT INTO%%jobs%%') "
+                                     "AND pid <> pg_backend_pid()")
                  or "ids" in outcome or "error" in outcome, 30, "the batch insert to be running")
         cut = "ids" not in outcome and "error" not in outcome
         fault_server.stop("immediate")
@@ -82,7 +84,7 @@ def test_batch_enqueue_cut_by_an_immediate_shutdown_is_all_or_nothing(fault_serv
     new = after[0] - before[0]
     SUMMARY.append(Figures("batch enqueue cut by immediate shutdown", "transaction", n, "1 immediate shutdown",
                            0 if new in (0, n) else n - new, 0, 0, 0, 0.0,
-                           note=f"{'cut mid-INSERT' if cut else 'committed before the shutdown'}: {new} of {n} "
+                           note=f"{'cut mid-COPY' if cut else 'committed before the shutdown'}: {new} of {n} "
                                 "rows written (all or nothing)"))
     if "ids" in outcome:  # committed just before the shutdown: all of it
         assert new == n, (new, outcome)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import psycopg
 
@@ -55,3 +56,24 @@ def test_async_unique_key_on_async_connection(dsn):
         await aapp.close()
 
     asyncio.run(main())
+
+
+def test_async_enqueue_many_on_async_connection_checks_items_like_the_sync_api(dsn, db):
+    async def main() -> None:
+        aapp = skiplock.AsyncApp(dsn)
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            for bad, message in [(("t", {"x": float("nan")}), "item 1: args: not valid JSON"),
+                                 (("t", {}, {"bogus": 1}), r"item 1: unknown options \['bogus'\]")]:
+                try:
+                    await aapp.enqueue_many([("t", {}), bad], conn=conn)
+                except skiplock.InvalidJob as exc:
+                    assert re.match(message, str(exc)), exc
+                else:
+                    raise AssertionError("expected InvalidJob")
+            ids = await aapp.enqueue_many([("t", {"i": i}) for i in range(1500)], conn=conn)  # any size
+            await conn.commit()
+        assert [(await aapp.get_job(i)).args for i in ids[::500]] == [{"i": 0}, {"i": 500}, {"i": 1000}]
+        await aapp.close()
+
+    asyncio.run(main())
+    assert db.execute("SELECT count(*) FROM skiplock.jobs").fetchone()[0] == 1500

@@ -33,3 +33,99 @@ def test_bad_args_are_rejected_with_a_reason(args, message):
 def test_escaped_backslash_u0000_text_is_not_a_nul():
     # the characters backslash-u-0-0-0-0 are fine; only a real NUL is refused
     assert "\\\\u0000" in serialise_args({"x": "\\u0000"}, 100)
+
+
+# ---- enqueue_many's shortcut: the same jobs and the same errors as the one-by-one checks ----------
+
+import json  # noqa: E402
+from datetime import datetime, timezone  # noqa: E402
+
+from skiplock import App  # noqa: E402
+from skiplock.app import _encode_compact, _plain_args_json  # noqa: E402
+
+SAMPLES = [
+    {}, {"a": 1}, {"to": "a@example.com", "n": [1, 2.5, None, True, False]}, {"é": "ü € 😀", "x": "\n\t\\\""},
+    {"big": 10**30, "neg": -0.0, "tiny": 5e-324, "deep": {"a": {"b": [[{}]]}}}, {"s": "\\u0000 is not a NUL"},
+    {"s": "y" * 90}, {"s": "é" * 60},  # 68 characters, 128 bytes as JSON: over a 100-byte limit
+    {"x": float("nan")}, {"x": float("-inf")}, {"x": {1, 2}}, {"x": object()}, {"x": "a\x00b"}, {"k\x00": 1},
+    {"x": "\ud800"}, {1: "x"}, {"a": 1, 2: "b"}, {True: 1}, {None: 1},
+]
+
+
+def test_the_compact_encoder_is_json_dumps():
+    for value in SAMPLES[:8] + [[], "s", 1.0, None, [{"a": [1, {"b": "\u2028"}]}]]:
+        assert _encode_compact(value) == json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+
+
+def test_plain_args_json_is_serialise_args_or_defers_to_it():
+    used = 0
+    for args in SAMPLES:
+        for limit in (1, 2, 100, 1 << 20):
+            text = _plain_args_json(args, limit)
+            if text is None:
+                continue  # serialise_args decides
+            used += 1
+            assert text == serialise_args(args, limit), (args, limit)
+    assert used >= 10  # and the shortcut does take the common cases
+
+
+def test_a_cycle_still_gets_the_plain_error():
+    cyclic: dict = {}
+    cyclic["self"] = cyclic
+    assert _plain_args_json(cyclic, 1 << 20) is None
+    with pytest.raises(InvalidJob, match="Circular reference"):
+        serialise_args(cyclic, 1 << 20)
+
+
+def _app() -> App:
+    app = App("dbname=unused", max_args_bytes=100)  # nothing connects
+
+    @app.task(name="mail", queue="emails", priority=3, max_attempts=7)
+    def mail(job, **kwargs):
+        pass
+
+    return app
+
+
+def test_many_jobs_are_checked_exactly_as_one_by_one():
+    app = _app()
+    when = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    items = []
+    for args in SAMPLES[:8]:
+        for task in ("mail", "other"):
+            for options in (None, {}, {"queue": "q"}, {"priority": -2, "max_attempts": 9}, {"run_at": when}):
+                items.append((task, args) if options is None else (task, args, options))
+    items = [item for item in items if len(json.dumps(item[1], ensure_ascii=False).encode()) <= 100] * 3
+    expected = [app._new_job(t, a, *((o or {}).get(k) for k in ("queue", "priority", "run_at", "delay", "max_attempts")))
+                for t, a, *rest in items for o in [rest[0] if rest else None]]
+    assert app._new_jobs(items) == expected
+    assert app._new_jobs([["mail", {"a": 1}], ("mail", None)]) == [app._new_job("mail", x, None, None, None, None, None)
+                                                                  for x in ({"a": 1}, None)]
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (("mail", {"x": float("nan")}), "args: not valid JSON"),
+        (("mail", {"x": {1}}), "not JSON-serialisable"),
+        (("mail", {1: "x"}), "keys must be strings"),
+        (("mail", {"x": "a\x00b"}), "NUL"),
+        (("mail", {"x": "\ud800"}), "lone surrogate"),
+        (("mail", {"s": "é" * 60}), "128 bytes as JSON; the limit is 100"),
+        (("mail", [1]), "must be a JSON object"),
+        (("mail", {}, {"priority": True}), "priority must be an integer"),
+        (("mail", {}, {"priority": 1.0}), "priority must be an integer"),
+        (("mail", {}, {"max_attempts": 0}), "max_attempts must be"),
+        (("mail", {}, {"queue": ""}), "queue must be"),
+        (("mail", {}, {"bogus": 1}), r"unknown options \['bogus'\]"),
+        (("ma\x00il", {}), "task names cannot contain NUL"),
+        (("", {}), "task must be a non-empty string"),
+        (("mail",), "expected \\(task, args\\)"),
+    ],
+)
+def test_a_bad_item_after_good_ones_is_named_by_its_index(bad, message):
+    app = _app()
+    # the good items warm the shortcut for "mail" (also with priority 1 and True == 1 == 1.0)
+    good = [("mail", {"a": 1}), ("mail", {}, {"priority": 1}), ("mail", {}, {"max_attempts": 1}), ("mail", {})]
+    with pytest.raises(InvalidJob, match=f"^item 4: .*{message}"):
+        app._new_jobs(good + [bad] + good)

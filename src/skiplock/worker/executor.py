@@ -27,8 +27,9 @@ import threading
 import time
 import traceback
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from .heartbeat import Heartbeat
 
 log = logging.getLogger("skiplock.worker")
+
+T = TypeVar("T")
 
 MAX_ERROR_CHARS = 16_000
 
@@ -77,11 +80,23 @@ def _usable(conn: psycopg.Connection[Any]) -> bool:
     return not conn.closed and conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
 
+@dataclass
+class BatchRun:
+    """What one claim's transaction did: the durable outcomes, and whether it stopped starting jobs
+    because its time budget ran out (or the worker is stopping) before all of them had run."""
+
+    outcomes: list[Outcome]
+    out_of_time: bool = False
+
+
 class Executor:
     """Executes claimed jobs for one worker; shared by its slots (it holds no per-job state)."""
 
-    def __init__(self, app: "App", worker_name: str, heartbeat: "Heartbeat | None" = None):
+    def __init__(self, app: "App", worker_name: str, heartbeat: "Heartbeat | None" = None,
+                 fast_seconds: float = 0.005):
         self.app = app
+        self.fast_seconds = fast_seconds
+        self._seconds: dict[str, float] = {}  # per task: moving average of its handler's run time
         self.heartbeat = heartbeat
         self.backend = app.backend
         self.worker_name = worker_name
@@ -91,9 +106,9 @@ class Executor:
 
     # ---- bookkeeping ---------------------------------------------------------------------------
 
-    def _start_attempt(self, claimed: ClaimedJob, slot: str, lease_pid: int) -> tuple[int, str | None]:
-        """Count the attempt on this slot's own bookkeeping connection (no lock shared between slots),
-        reconnecting once if it was lost."""
+    def _bookkeeping(self, op: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run ``op`` on this slot's own autocommit bookkeeping connection (no lock shared between
+        slots), reconnecting once if it was lost."""
         conn: psycopg.Connection[Any] | None = getattr(self._local, "attempts_conn", None)
         for retry in (False, True):
             if conn is None or conn.closed:
@@ -102,7 +117,7 @@ class Executor:
                     self._attempts_conns.append(conn)
                 self._local.attempts_conn = conn
             try:
-                return self.backend.start_attempt(conn, claimed, slot, lease_pid)
+                return op(conn)
             except CONNECTION_LOST:
                 conn.close()
                 conn = None
@@ -118,34 +133,126 @@ class Executor:
 
     # ---- running -------------------------------------------------------------------------------
 
+    def alone(self, name: str) -> bool:
+        """Jobs that never share a transaction with other jobs: claimed-lease tasks (they commit the
+        claim), tasks with a timeout (a timeout ends the whole session), and tasks not (yet) known to
+        be fast -- a handler that has not run in this worker, or whose recent runs average more than
+        ``fast_seconds``: a slow job in a batch would hold its batch-mates' locks while it runs."""
+        task = self.app.tasks.get(name)
+        if task is None:
+            return False
+        if task.lease == "claimed" or task.timeout is not None:
+            return True
+        seconds = self._seconds.get(name)
+        return seconds is None or seconds > self.fast_seconds
+
     def run_batch(self, conn: psycopg.Connection[Any], batch: list[ClaimedJob], slot: str, budget: float,
-                  stopping: threading.Event) -> list[Outcome]:
-        """Run claimed jobs one after another in their one lease transaction, then COMMIT. Returns the
-        outcomes that are durable. Stops early (the jobs not started are released untouched by the
-        COMMIT) once ``budget`` seconds have passed or the worker is stopping. If the lease ends
-        mid-batch (timeout abandon), the earlier jobs' work was rolled back with it: they run again."""
+                  stopping: threading.Event) -> BatchRun:
+        """Run the jobs one claim locked, in that claim's transaction, and COMMIT. Returns the
+        outcomes that are durable. The claim already sent a SAVEPOINT (same round trip). A job that
+        must run alone (see ``alone``) runs alone: first, or not in this transaction (the jobs not
+        started are released untouched by the COMMIT)."""
+        if self.alone(batch[0].task):
+            task = self.app.tasks[batch[0].task]
+            if task.lease == "claimed":
+                return BatchRun([self.run_claimed(conn, batch[0], task, slot)])
+            batch = batch[:1]
+        else:
+            for n in range(1, len(batch)):
+                if self.alone(batch[n].task):
+                    batch = batch[:n]
+                    break
+        if len(batch) > 1:
+            return self._run_many(conn, batch, slot, budget, stopping)
+        outcome = self.run(conn, batch[0], slot, savepoint_taken=True)
+        if not conn.closed:
+            conn.commit()
+        return BatchRun([outcome])
+
+    def _run_many(self, conn: psycopg.Connection[Any], batch: list[ClaimedJob], slot: str, budget: float,
+                  stopping: threading.Event) -> BatchRun:
+        """Several jobs in one transaction, one after another, then one COMMIT.
+
+        One durable write marks the batch before the first handler starts (``start_batch``: if the
+        transaction never commits, each of its jobs later runs alone with a counted attempt). Each job
+        gets its own savepoint as soon as its handler reads ``job.conn``: a failure rolls back only its
+        own work. A job whose handler touched the database is completed at once, inside its savepoint
+        (a refused completion rolls back its work alone); the others are written ``done`` together at
+        the end, in one statement, just before the COMMIT. Stops starting jobs once ``budget`` seconds
+        have passed or the worker is stopping; a job that is a suspect, was asked to cancel, or is
+        unknown takes the single-job path (``run``). If the lease ends mid-batch, every job's work in
+        it was rolled back: none of them is reported, and each runs again, alone."""
+        backend = self.backend
+        started_at = batch[0].claimed_at
+        batch_id, suspects, cancels = self._bookkeeping(
+            lambda c: backend.start_batch(c, batch, slot, conn.info.backend_pid))
+        if suspects:  # one may crash its worker: it runs alone, the jobs after it are released at COMMIT
+            first = next(i for i, claimed in enumerate(batch) if claimed.id in suspects)
+            batch = batch[:max(first, 1)]
         outcomes: list[Outcome] = []
+        done: list[tuple[ClaimedJob, int, str | None]] = []
         deadline = time.monotonic() + budget
+        savepoint_ready = True  # the claim's SAVEPOINT, not used by any job yet
+
+        def take_savepoint() -> None:
+            nonlocal savepoint_ready
+            if not savepoint_ready:
+                backend.savepoint(conn)
+            savepoint_ready = False
+
+        out_of_time = False
         for i, claimed in enumerate(batch):
             if i and (time.monotonic() > deadline or stopping.is_set()):
+                out_of_time = True
                 break
             task = self.app.tasks.get(claimed.task)
-            if task is not None and task.lease == "claimed":
-                if i:  # it commits the claim transaction: let it lead a batch of its own
-                    break
-                return [self.run_claimed(conn, claimed, task, slot)]
-            outcome = self.run(conn, claimed, slot, savepoint_taken=i == 0)
+            attempt = claimed.attempts + 1
+            if (task is None or claimed.id in suspects or claimed.id in cancels
+                    or attempt > claimed.max_attempts):
+                outcome = self.run(conn, claimed, slot, savepoint_taken=savepoint_ready,
+                                   batch=batch_id if claimed.id in suspects else None)
+                savepoint_ready = False
+            else:
+                job = Job(id=claimed.id, queue=claimed.queue, task=claimed.task, args=claimed.args,
+                          priority=claimed.priority, state=JobState.QUEUED, attempts=attempt,
+                          max_attempts=claimed.max_attempts, run_at=claimed.run_at, created_at=claimed.created_at,
+                          started_at=started_at, worker=slot, _conn=conn, _before_conn=take_savepoint)
+                outcome = self._handle(task, job, claimed, attempt, conn)
+                touched = job._before_conn is None
+                if isinstance(outcome, Done) and not touched:
+                    done.append((claimed, attempt, outcome.result))
+                    continue
+                if touched:
+                    outcome = self._still_leased(conn, task, attempt, claimed, outcome)
+                outcome = self._write(conn, claimed, attempt, outcome, started_at, slot, touched)
             if conn.closed:  # the lease was ended on purpose; only this job's outcome was recorded
-                return [outcome]
+                return BatchRun([outcome])
             outcomes.append(outcome)
+        written = backend.complete_batch(conn, batch_id, done, started_at, slot)
+        for claimed, attempt, result in done:
+            if claimed.id in written:
+                outcomes.append(Done(result))
+            else:  # a cancellation was requested while it ran; it had no database effects to undo
+                outcomes.append(self._write(conn, claimed, attempt, Cancelled("cancellation requested while the job ran"),
+                                            started_at, slot, False))
         conn.commit()
-        return outcomes
+        return BatchRun(outcomes, out_of_time)
 
-    def run(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, slot: str, savepoint_taken: bool = False) -> Outcome:
-        """Run one job and write its outcome in the lease transaction (not committed here).
-        ``savepoint_taken``: the claim already sent this job's SAVEPOINT (same round trip)."""
+    def run(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, slot: str, savepoint_taken: bool = False,
+            batch: int | None = None) -> Outcome:
+        """Run one job and write its outcome in the lease transaction (not committed here), its
+        attempt counted first on the bookkeeping connection.
+        ``savepoint_taken``: a SAVEPOINT no job has used yet was already sent (with the claim).
+        ``batch``: the job is a suspect running alone in that batch's transaction."""
         started_at = claimed.claimed_at  # the database's clock, like finished_at
-        attempt, cancel_reason = self._start_attempt(claimed, slot, conn.info.backend_pid)
+        backend = self.backend
+
+        def start(c: psycopg.Connection[Any]) -> tuple[int, str | None]:
+            if batch is not None:
+                backend.forget_dead_batches(c, claimed.id, batch)
+            return backend.start_attempt(c, claimed, slot, conn.info.backend_pid)
+
+        attempt, cancel_reason = self._bookkeeping(start)
         if cancel_reason is not None:
             return self._write(conn, claimed, attempt - 1, Cancelled(cancel_reason), started_at, slot, False)
         if attempt > claimed.max_attempts:
@@ -162,19 +269,26 @@ class Executor:
             return self._write(conn, claimed, attempt, Failed(error), started_at, slot, False)
 
         if not savepoint_taken:
-            self.backend.savepoint(conn)
+            backend.savepoint(conn)
         if task.timeout is not None:
-            self.backend.set_local_timeouts(conn, task.timeout)
+            backend.set_local_timeouts(conn, task.timeout)
         job = Job(id=claimed.id, queue=claimed.queue, task=claimed.task, args=claimed.args,
                   priority=claimed.priority, state=JobState.QUEUED, attempts=attempt,
                   max_attempts=claimed.max_attempts, run_at=claimed.run_at, created_at=claimed.created_at,
-                  started_at=started_at, worker=slot, conn=conn)
-        outcome = self._handle(task, job, claimed, attempt, conn)
+                  started_at=started_at, worker=slot, _conn=conn)
+        outcome = self._still_leased(conn, task, attempt, claimed, self._handle(task, job, claimed, attempt, conn))
+        return self._write(conn, claimed, attempt, outcome, started_at, slot, True)
+
+    @staticmethod
+    def _still_leased(conn: psycopg.Connection[Any], task: "Task", attempt: int, claimed: ClaimedJob,
+                      outcome: Outcome) -> Outcome:
+        """A handler that ended the job's transaction (commit/rollback on job.conn) lost its lease: a
+        returned handler is then a failure, not done."""
         if isinstance(outcome, Done) and (conn.closed or conn.info.transaction_status != TransactionStatus.INTRANS):
             error = RuntimeError("the handler ended the job's transaction (commit/rollback on job.conn); the lease "
                                  "was lost. Handlers must leave job.conn's transaction open.")
-            outcome = decide_failure(task, attempt, claimed.max_attempts, format_error(error), error)
-        return self._write(conn, claimed, attempt, outcome, started_at, slot, True)
+            return decide_failure(task, attempt, claimed.max_attempts, format_error(error), error)
+        return outcome
 
     def run_claimed(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, task: "Task", slot: str) -> Outcome:
         """Claimed lease: mark the job running with our owner token and a lease, COMMIT (the attempt
@@ -196,7 +310,7 @@ class Executor:
         job = Job(id=claimed.id, queue=claimed.queue, task=claimed.task, args=claimed.args,
                   priority=claimed.priority, state=JobState.RUNNING, attempts=attempt,
                   max_attempts=claimed.max_attempts, run_at=claimed.run_at, created_at=claimed.created_at,
-                  started_at=started_at, worker=slot, conn=conn)
+                  started_at=started_at, worker=slot, _conn=conn)
         try:
             outcome = self._handle(task, job, claimed, attempt, conn)
         finally:
@@ -244,6 +358,7 @@ class Executor:
     def _handle(self, task: "Task", job: Job, claimed: ClaimedJob, attempt: int,
                 conn: psycopg.Connection[Any]) -> Outcome:
         """Call the handler and turn what happened into an outcome (nothing is written here)."""
+        began = time.perf_counter()
         try:
             result = self._call(task, job, claimed.args)
             if isinstance(result, Snooze):
@@ -261,6 +376,10 @@ class Executor:
             log.warning("job %s (%s) attempt %s/%s failed: %s: %s", claimed.id, claimed.task, attempt,
                         claimed.max_attempts, type(caught).__qualname__, caught)
             return decide_failure(task, attempt, claimed.max_attempts, format_error(caught), caught)
+        finally:
+            took = time.perf_counter() - began
+            average = self._seconds.get(task.name)
+            self._seconds[task.name] = took if average is None else 0.8 * average + 0.2 * took
 
     def _call(self, task: "Task", job: Job, args: dict[str, Any]) -> Any:
         """The handler, in this thread, or in its own thread when the task has a timeout (so a

@@ -20,7 +20,7 @@ log = logging.getLogger("skiplock.worker")
 
 
 class Listener:
-    def __init__(self, connect: Callable[[], psycopg.Connection], payload: str, wake: Callable[[], None],
+    def __init__(self, connect: Callable[[], psycopg.Connection], payload: str, wake: Callable[[bool], None],
                  stopping: threading.Event, max_backoff: float = 30.0):
         self._connect = connect
         self._payload = payload
@@ -49,13 +49,13 @@ class Listener:
                 self.listening.set()
                 if delay:
                     log.info("listener reconnected; polling once for anything missed")
-                self._wake()  # anything enqueued while we were not listening is found by this poll
+                self._wake(True)  # every slot: anything enqueued while we were not listening is found
                 delay = 0.0
                 while not self._stopping.is_set():
                     for note in self._conn.notifies(timeout=0.25):
                         if note.payload == self._payload:
                             self.notifications += 1
-                            self._wake()
+                            self._wake(False)  # one slot; it wakes the next if it finds more
             except (psycopg.Error, DatabaseUnavailable) as exc:
                 if self._stopping.is_set():
                     break

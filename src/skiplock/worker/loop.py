@@ -27,7 +27,7 @@ from ..maintenance.periodic import Scheduler
 from ..maintenance.pruner import Pruner
 from ..maintenance.rescuer import Rescuer
 from ..maintenance.service import Service
-from .executor import Executor
+from .executor import BatchRun, Executor
 from .heartbeat import Heartbeat
 from .listener import Listener
 
@@ -35,6 +35,11 @@ if TYPE_CHECKING:
     from ..app import App
 
 log = logging.getLogger("skiplock.worker")
+
+# Measured with `python -m bench` (docs/benchmarks.md): drain throughput per batch size 8 / 16 / 32 / 64
+# was 1.1 / 1.8 / 3.2 / 3.8 x the pgbench baseline. 32 keeps a batch within the 64 subtransaction
+# ids PostgreSQL caches per transaction even when every handler writes (one savepoint each).
+DEFAULT_BATCH_SIZE = 32
 
 
 @dataclass
@@ -65,13 +70,38 @@ class WorkerStats:
                 self.lost += 1
 
 
+class ClaimSize:
+    """How many jobs a slot claims at once: starts at 1 and doubles up to ``batch_size`` while whole
+    batches run within their time budget; falls to what fitted when the budget runs out, and to 1
+    when the first job claimed must run alone (a slow, timed or claimed-lease task). So fast jobs are
+    claimed in batches (one commit for many), while slow jobs are claimed one at a time and no slot
+    sits on jobs it is not running while other slots are idle."""
+
+    def __init__(self, maximum: int):
+        self.maximum = maximum
+        self.value = 1
+
+    def after(self, claimed: int, run: BatchRun) -> None:
+        if run.out_of_time:
+            self.value = max(1, len(run.outcomes))
+        elif claimed >= self.value:
+            self.value = min(self.maximum, self.value * 2)
+
+    def alone(self) -> None:
+        self.value = 1
+
+
 class Worker:
-    """Claims and runs jobs. Create it with :meth:`App.worker`."""
+    """Claims and runs jobs. Create it with :meth:`App.worker`.
+
+    ``batch_size`` is the most jobs one claim takes (see :class:`ClaimSize`); ``batch_budget`` the
+    seconds after which a batch starts no further job (its remaining jobs are released at its COMMIT).
+    """
 
     def __init__(self, app: "App", queues: Sequence[str] | None = None, concurrency: int = 4, *,
                  poll_interval: float = 0.5, name: str | None = None, handle_signals: bool = True,
                  max_reconnect_delay: float = 30.0, maintenance: bool = True, prune_interval: float = 60.0,
-                 batch_size: int = 1, batch_budget: float = 0.05, listen: bool = True,
+                 batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = 0.05, listen: bool = True,
                  rescue_interval: float = 5.0):
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
@@ -91,7 +121,9 @@ class Worker:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= 1000:
             raise ValueError(f"batch_size must be an integer from 1 to 1000, got {batch_size!r}")
         self.batch_size = batch_size
-        self.batch_budget = batch_budget
+        if isinstance(batch_budget, bool) or not isinstance(batch_budget, (int, float)) or not 0 < batch_budget <= 60:
+            raise ValueError(f"batch_budget must be a number of seconds in (0, 60], got {batch_budget!r}")
+        self.batch_budget = float(batch_budget)
         self.rescue_interval = rescue_interval
         self.listen = listen
         self.listener: Listener | None = None
@@ -108,10 +140,15 @@ class Worker:
 
     # ---- control -------------------------------------------------------------------------------
 
-    def wake(self) -> None:
-        """Wake idle slots to claim now (called on NOTIFY)."""
+    def wake(self, every: bool = True) -> None:
+        """Wake idle slots to claim now: every one, or (a NOTIFY) one; a slot whose claim came back
+        full wakes the next (``_slot``), so a burst of jobs spreads over the slots while a single job
+        does not send every idle slot to the database for nothing."""
         with self._wake_up:
-            self._wake_up.notify_all()
+            if every:
+                self._wake_up.notify_all()
+            else:
+                self._wake_up.notify()
 
     def _idle(self) -> None:
         with self._wake_up:
@@ -148,7 +185,7 @@ class Worker:
         self._stop_when_empty = stop_when_empty
         claimed_leases = [t.lease_seconds for t in self.app.tasks.values() if t.lease == "claimed"]
         heartbeat = Heartbeat(self.app.backend, min(claimed_leases) / 3) if claimed_leases else None
-        executor = Executor(self.app, self.name, heartbeat)
+        executor = Executor(self.app, self.name, heartbeat, fast_seconds=self.batch_budget / 10)
         previous: dict[int, Any] = {}
         if self.handle_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -197,6 +234,7 @@ class Worker:
         slot_name = f"{self.name}/{index}"
         backend = self.app.backend
         conn: psycopg.Connection[Any] | None = None
+        size = ClaimSize(self.batch_size)
         delay = 0.0
         try:
             while not self._stopping.is_set():
@@ -208,17 +246,26 @@ class Worker:
                         self._conns[index] = conn
                         if delay:
                             log.warning("slot %s: reconnected to the database", slot_name)
-                    claimed = backend.claim(conn, self.queues, self.batch_size, savepoint=True)
+                    claimed = backend.claim(conn, self.queues, size.value, savepoint=True)
+                    if len(claimed) > 1 and executor.alone(claimed[0].task):
+                        # A job that runs alone came first: let the others go at once, take one.
+                        size.alone()
+                        conn.rollback()
+                        claimed = backend.claim(conn, self.queues, 1, savepoint=True)
                     if not claimed:
                         conn.rollback()
                         if self._stop_when_empty:
                             return
                         self._idle()
                         continue
+                    if len(claimed) >= size.value:
+                        self.wake(every=False)  # there may be more: let an idle slot look too
                     self._busy.add(index)
                     try:
-                        for outcome in executor.run_batch(conn, claimed, slot_name, self.batch_budget, self._stopping):
+                        run = executor.run_batch(conn, claimed, slot_name, self.batch_budget, self._stopping)
+                        for outcome in run.outcomes:
                             self.stats.count(outcome)
+                        size.after(len(claimed), run)
                     finally:
                         self._busy.discard(index)
                     delay = 0.0

@@ -27,6 +27,11 @@ from ..base import ClaimedJob, NewJob
 from .queries import load_migrations, load_queries
 
 CONNECT_TIMEOUT = 10
+# A batch of at least this many jobs is inserted with COPY instead of one INSERT … unnest statement:
+# below it the extra round trip costs more than COPY saves (bench: see PostgresBackend._copy_jobs).
+COPY_MIN_JOBS = 1000
+# Client-side formats of the COPY columns (text format; args is JSON text the server parses as jsonb).
+COPY_TYPES = ("int8", "text", "text", "text", "int4", "int4", "timestamptz")
 # libpq-side TCP settings (ignored on Unix sockets).
 CLIENT_TCP = dict(keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3, tcp_user_timeout=30000)
 
@@ -218,12 +223,51 @@ class PostgresBackend:
         }
 
     def enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[int]:
-        """Insert jobs in one statement; on ``conn`` they exist only if the caller commits."""
+        """Insert jobs in one transaction, ids in input order; on ``conn`` they exist only if the
+        caller commits. Fewer than COPY_MIN_JOBS: one INSERT statement; more: :meth:`_copy_jobs`
+        (measured on a local socket, COPY is ahead from ~50 jobs, and 1.9x at 1,000; the threshold
+        leaves room for the extra round trips of a network: BEGIN, the id reservation, COPY, COMMIT)."""
+        if len(jobs) >= COPY_MIN_JOBS:
+            if conn is None:
+                with self._conn() as c, c.transaction():
+                    return self._copy_jobs(c, jobs)
+            # The caller's connection, unless COPY cannot run there (pipeline mode) or could fail
+            # half-way (a client encoding other than UTF-8 may not represent some text: the INSERT
+            # path fails on it before sending anything, leaving the caller's transaction usable).
+            if not conn.pgconn.pipeline_status and conn.info.encoding == "utf-8":
+                if conn.autocommit:  # two statements: a transaction of their own, all or nothing
+                    with conn.transaction():
+                        return self._copy_jobs(conn, jobs)
+                return self._copy_jobs(conn, jobs)  # in the caller's transaction (begun if none is open)
         query, params = self.enqueue_statement(jobs)
         if conn is not None:  # the caller's connection: whatever its row factory, read tuples
             return [r[0] for r in conn.cursor(row_factory=tuple_row).execute(query, params).fetchall()]
         with self._conn() as c:
             return [r[0] for r in c.execute(query, params).fetchall()]
+
+    def _copy_jobs(self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob]) -> list[int]:
+        """Inside a transaction: one statement reserves the ids (in input order), reads the
+        transaction's ``now()`` and queues the wake-up NOTIFY; then COPY streams the rows, each with
+        its id, in text format (psycopg formats rows in C; the server parses args as jsonb). Rows are
+        sent as they are formatted, so the client's work overlaps the server's. A job without run_at
+        gets that ``now()``, as ``coalesce(run_at, now())`` gives it in the INSERT path (a batch
+        with none leaves the column to its default, the same ``now()``)."""
+        cur = conn.cursor(row_factory=tuple_row)  # the caller's cursor class (ClientCursor: text results only)
+        ids, now, _ = cur.execute(self.q["reserve_job_ids"], {"schema": self.schema, "n": len(jobs),
+                                                              "wake": self.wake_payload}).fetchall()[0]
+        ids.sort()  # already ascending (one nextval per row, in order); sorting makes it a guarantee
+        with_run_at = any(j.run_at is not None for j in jobs)
+        with cur.copy(self.q["copy_jobs_run_at" if with_run_at else "copy_jobs"]) as copy:
+            copy.set_types(COPY_TYPES if with_run_at else COPY_TYPES[:-1])
+            write = copy.write_row
+            if with_run_at:
+                for job_id, j in zip(ids, jobs):
+                    write((job_id, j.queue, j.task, j.args_json, j.priority, j.max_attempts,
+                           now if j.run_at is None else j.run_at))
+            else:
+                for job_id, j in zip(ids, jobs):
+                    write((job_id, j.queue, j.task, j.args_json, j.priority, j.max_attempts))
+        return ids
 
     # ---- the lease ---------------------------------------------------------------------------
 
@@ -253,6 +297,28 @@ class PostgresBackend:
         row = conn.execute(self.q["start_attempt"], {"id": job.id, "attempts": job.attempts, "worker": worker,
                                                      "backend_pid": lease_pid}).fetchone()
         return int(row[0]), row[1]
+
+    def start_batch(self, conn: psycopg.Connection[Any], jobs: Sequence[ClaimedJob], worker: str,
+                    lease_pid: int) -> tuple[int, set[int], dict[int, str]]:
+        """Mark a batch durably, outside its transaction (``conn`` from connect_bookkeeping), before its
+        first handler starts. Returns (batch id, suspects: jobs to run alone with a counted attempt,
+        {job id: cancellation reason})."""
+        batch, suspects, cancelled, reasons = conn.execute(self.q["start_batch"], {
+            "ids": [j.id for j in jobs], "attempts": [j.attempts for j in jobs], "worker": worker,
+            "backend_pid": lease_pid}).fetchone()
+        return batch, set(suspects), dict(zip(cancelled, reasons))
+
+    def forget_dead_batches(self, conn: psycopg.Connection[Any], job_id: int, batch: int) -> None:
+        conn.execute(self.q["forget_dead_batches"], {"id": job_id, "batch": batch})
+
+    def complete_batch(self, conn: psycopg.Connection[Any], batch: int, done: Sequence[tuple[ClaimedJob, int, str | None]],
+                       started_at: datetime, worker: str) -> set[int]:
+        """In the batch's transaction: write ``done`` ((job, attempt, result JSON)) and delete the
+        batch's row. Returns the ids written (a job missing was refused: cancellation requested)."""
+        row = conn.execute(self.q["complete_batch"], {
+            "ids": [d[0].id for d in done], "attempts": [d[1] for d in done], "results": [d[2] for d in done],
+            "started_at": started_at, "worker": worker, "batch": batch, "prefix": f"{self.schema}:"}).fetchone()
+        return set(row[0])
 
     def notice(self, job_id: int) -> str:
         """The payload announcing that a job finished, on the fixed channel ``skiplock``."""
@@ -371,6 +437,7 @@ class PostgresBackend:
 
     def prune_ticks(self, age_seconds: float) -> None:
         self._one("prune_ticks", {"age": age_seconds})
+        self._one("prune_batches", {})
 
     def enqueue_tick(self, schedule: str, tick: datetime, job: NewJob) -> int | None:
         """Enqueue ``job`` for this tick unless some scheduler already did; returns the new job id."""

@@ -63,6 +63,49 @@ ON CONFLICT (job_id) DO UPDATE
 RETURNING started)
 SELECT a.started, (SELECT reason FROM {schema}.job_cancellations WHERE job_id = %(id)s) FROM a;
 
+-- name: start_batch
+-- Run on the slot's autocommit bookkeeping connection before the first handler of a batch (several
+-- jobs claimed in one transaction) starts: marks the batch with one row (deleted by `complete_batch`
+-- in the batch's own transaction) instead of counting every attempt with a commit of its own.
+-- Returns the row's id, the suspects among the claimed jobs -- listed by the row of a batch whose
+-- transaction never committed (a live batch's row never lists a job we claimed: its transaction
+-- still holds that job's lock), or counted by job_attempts for an attempt their row does not record
+-- (a run alone that never finished) -- and the cancellation requests. A suspect runs alone.
+WITH c AS (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)),
+mark AS (INSERT INTO {schema}.job_batches (ids, worker, backend_pid)
+         VALUES (%(ids)s::bigint[], %(worker)s, %(backend_pid)s) RETURNING id)
+SELECT (SELECT id FROM mark),
+       ARRAY(SELECT c.id FROM c
+              WHERE EXISTS (SELECT 1 FROM {schema}.job_batches b WHERE b.ids @> ARRAY[c.id])
+                 OR EXISTS (SELECT 1 FROM {schema}.job_attempts a WHERE a.job_id = c.id AND a.started > c.attempts)),
+       ARRAY(SELECT x.job_id FROM {schema}.job_cancellations x WHERE x.job_id = ANY(%(ids)s::bigint[])),
+       ARRAY(SELECT x.reason FROM {schema}.job_cancellations x WHERE x.job_id = ANY(%(ids)s::bigint[]));
+
+-- name: forget_dead_batches
+-- A suspect about to run alone (its attempt counted in job_attempts from now on): the rows of dead
+-- batches no longer need to name it. The row of the batch it runs in (%(batch)s) keeps it.
+UPDATE {schema}.job_batches SET ids = array_remove(ids, %(id)s::bigint)
+ WHERE ids @> ARRAY[%(id)s::bigint] AND id <> %(batch)s;
+
+-- name: complete_batch
+-- Inside a batch's transaction, before its COMMIT: the jobs whose handlers returned without touching
+-- the database, written 'done' in one statement (guarded like `complete`), and the batch's row
+-- deleted (the batch commits, so it leaves no trace). Returns the ids written.
+WITH d AS (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[]) AS d(id, attempt, result)),
+upd AS (
+UPDATE {schema}.jobs j
+   SET state = 'done', attempts = d.attempt, finished_at = clock_timestamp(), started_at = %(started_at)s,
+       result = d.result::jsonb, worker = %(worker)s
+  FROM d
+ WHERE j.id = d.id AND j.state = 'queued' AND j.owner IS NULL
+   AND NOT EXISTS (SELECT 1 FROM {schema}.job_cancellations c WHERE c.job_id = d.id)
+RETURNING j.id),
+gone AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM upd)),
+batch AS (DELETE FROM {schema}.job_batches WHERE id = %(batch)s)
+SELECT ARRAY(SELECT id FROM upd),
+       (SELECT count(pg_notify('skiplock', %(prefix)s || w.job_id)) FROM {schema}.job_waiters w
+         WHERE w.job_id IN (SELECT id FROM upd));
+
 -- name: complete
 -- Inside the job's transaction: guarded on the state we claimed it in (a lost COMMIT reply followed
 -- by a failure record can never turn a finished job back) and on the absence of a cancellation
@@ -141,6 +184,25 @@ SELECT queue, task, args, priority, max_attempts, coalesce(run_at, now())
 RETURNING id),
 wake AS (SELECT pg_notify('skiplock', %(wake)s))
 SELECT id FROM ins, wake;
+
+-- name: reserve_job_ids
+-- Batch enqueue by COPY, step 1 (in the batch's transaction): ids for %(n)s jobs, one nextval each in
+-- input order -- ascending, not contiguous, as concurrent enqueuers interleave --, the transaction's
+-- now() (the run_at of jobs given none) and the one wake-up NOTIFY, delivered at commit. The sequence
+-- is looked up once (MATERIALIZED), not once per row.
+WITH seq AS MATERIALIZED (
+SELECT pg_get_serial_sequence(format('%%I.jobs', %(schema)s::text), 'id')::regclass AS seq)
+SELECT array_agg(nextval(seq.seq)), now(), pg_notify('skiplock', %(wake)s)
+  FROM seq, generate_series(1, %(n)s::int);
+
+-- name: copy_jobs
+-- Step 2: the rows, with the reserved ids (COPY writes given values into the identity column, as
+-- OVERRIDING SYSTEM VALUE would); run_at and created_at take their default, the transaction's now().
+COPY {schema}.jobs (id, queue, task, args, priority, max_attempts) FROM STDIN;
+
+-- name: copy_jobs_run_at
+-- Step 2 when some job has a run_at (the others are sent the transaction's now()).
+COPY {schema}.jobs (id, queue, task, args, priority, max_attempts, run_at) FROM STDIN;
 
 -- name: enqueue_one
 WITH ins AS (
@@ -241,9 +303,14 @@ SELECT id, (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_wa
 -- Ends the session holding a job's transaction lease (its transaction rolls back). The backend pid
 -- is the one recorded when the current attempt started, and only counts if that session's
 -- transaction began before the attempt did (so a reused pid is never hit).
+-- A job running in a batch is found through its batch's row: ending that session rolls back the
+-- whole batch (its other jobs run again, each alone: see `start_batch`).
 SELECT pg_terminate_backend(s.pid)
-  FROM {schema}.job_attempts a JOIN pg_stat_activity s ON s.pid = a.backend_pid
- WHERE a.job_id = %(id)s AND s.xact_start <= a.started_at AND s.application_name LIKE 'skiplock-worker%%';
+  FROM (SELECT a.backend_pid, a.started_at FROM {schema}.job_attempts a WHERE a.job_id = %(id)s
+        UNION ALL
+        SELECT b.backend_pid, b.started_at FROM {schema}.job_batches b WHERE b.ids @> ARRAY[%(id)s::bigint]) a
+  JOIN pg_stat_activity s ON s.pid = a.backend_pid
+ WHERE s.xact_start <= a.started_at AND s.application_name LIKE 'skiplock-worker%%';
 
 -- name: forget_cancel_request
 DELETE FROM {schema}.job_cancellations WHERE job_id = %(id)s;
@@ -305,6 +372,12 @@ SELECT count(*) FROM d;
 
 -- name: prune_ticks
 DELETE FROM {schema}.periodic_ticks WHERE tick < clock_timestamp() - %(age)s::float8 * interval '1 second';
+
+-- name: prune_batches
+-- Rows of batches that never committed, once none of their jobs is queued any more (a live batch's
+-- jobs are all queued until its COMMIT, which deletes its row).
+DELETE FROM {schema}.job_batches b
+ WHERE NOT EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.id = ANY(b.ids) AND j.state = 'queued');
 
 -- name: try_maintenance_lock
 -- One maintenance pass at a time (per schema), for the rest of the transaction; never waits.

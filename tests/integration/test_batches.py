@@ -1,0 +1,165 @@
+"""Batched claims: fast jobs share one transaction (one commit), each still in its own savepoint;
+slow jobs are claimed one at a time; a batch that dies charges none of its jobs but the one that
+killed it (see test_crash.py for the process-level version)."""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import pytest
+
+from test_worker import wait_for
+
+
+@pytest.fixture
+def effects(db):
+    db.execute("CREATE TABLE effects (job_id bigint NOT NULL, xact xid8 NOT NULL)")
+    return db
+
+
+def record(job) -> None:
+    """The job's effect, with its top-level transaction id (the same for every job of one batch)."""
+    job.conn.execute("INSERT INTO effects VALUES (%s, pg_current_xact_id())", [job.id])
+
+
+def run_until_empty(app, **options):
+    options = {"handle_signals": False, "maintenance": False, "batch_budget": 60, **options}
+    return app.worker(**options).run(stop_when_empty=True)
+
+
+def batches_of(db, ids) -> list[list[int]]:
+    """Jobs grouped by the transaction that wrote them done (a batch's jobs share one row version
+    creator: the savepoint the claim took)."""
+    rows = db.execute("SELECT xmin::text, array_agg(id ORDER BY id) FROM skiplock.jobs WHERE id = ANY(%s) "
+                      "GROUP BY 1 ORDER BY 2", [ids]).fetchall()
+    return [r[1] for r in rows]
+
+
+def test_fast_jobs_share_commits_and_each_is_done_once(app, db):
+    app.task(name="noop")(lambda job: None)
+    ids = app.enqueue_many([("noop", {})] * 300)
+    stats = run_until_empty(app, concurrency=2, batch_size=32)
+    assert stats.done == 300
+    rows = db.execute("SELECT state, attempts, count(*) FROM skiplock.jobs GROUP BY 1, 2").fetchall()
+    assert rows == [("done", 1, 300)]
+    groups = batches_of(db, ids)
+    assert sorted(i for g in groups for i in g) == ids
+    assert max(len(g) for g in groups) == 32  # the claim size grew to batch_size
+    assert len(groups) < 300 / 5  # on average more than 5 jobs per commit
+    # A batch that commits leaves no trace, nor does a counted attempt that finished.
+    assert db.execute("SELECT count(*) FROM skiplock.job_batches").fetchone()[0] == 0
+    assert db.execute("SELECT count(*) FROM skiplock.job_attempts").fetchone()[0] == 0
+
+
+def test_a_failing_job_rolls_back_only_its_own_work_inside_a_shared_transaction(app, effects):
+    @app.task(name="maybe", max_attempts=1)
+    def maybe(job, fail):
+        record(job)
+        if fail:
+            raise RuntimeError("this one fails")
+
+    ids = app.enqueue_many([("maybe", {"fail": n == 10}) for n in range(16)])
+    stats = run_until_empty(app, concurrency=1, batch_size=16)
+    assert (stats.done, stats.failed) == (15, 1)
+    rows = effects.execute("SELECT job_id, xact::text FROM effects ORDER BY job_id").fetchall()
+    assert [r[0] for r in rows] == ids[:10] + ids[11:]  # the failed job's insert is gone, nobody else's
+    xact = dict(rows)
+    # The claim size ramps 1, 2, 4, 8: jobs 7..14 are one batch (one claim, in id order), so the
+    # failing job 10 ran between batch-mates that committed together.
+    mates = [i for i in ids[7:15] if i != ids[10]]
+    assert len({xact[i] for i in mates}) == 1, "the failing job's batch-mates did not share a transaction"
+    assert xact[ids[6]] != xact[ids[7]] != xact[ids[15]]
+    failed = app.get_job(ids[10])
+    assert failed.state == "failed" and "this one fails" in failed.last_error
+
+
+def test_a_cancellation_requested_while_a_batch_runs_wins_over_done(app, db, dsn):
+    started = []
+
+    @app.task(name="step")
+    def step(job, cancel=None):
+        started.append(job.id)
+        if cancel is not None:  # a cancellation request for an earlier batch-mate, as cancel_job writes it
+            with psycopg.connect(dsn, autocommit=True) as other:
+                other.execute("INSERT INTO skiplock.job_cancellations (job_id, reason) VALUES (%s, 'changed my mind')",
+                              [cancel])
+
+    warm = app.enqueue_many([("step", {})] * 7)  # ramps the claim size to 8
+    ids = app.enqueue_many([("step", {})] * 3)
+    last = app.enqueue("step", {"cancel": ids[1]})
+    stats = run_until_empty(app, concurrency=1, batch_size=8)
+    assert set(started) == set(warm + ids + [last])
+    cancelled = app.get_job(ids[1])
+    assert cancelled.state == "cancelled", cancelled
+    assert "changed my mind" in cancelled.last_error
+    assert [app.get_job(i).state for i in warm + [ids[0], ids[2], last]] == ["done"] * 10
+    assert (stats.done, stats.cancelled) == (10, 1)
+    assert db.execute("SELECT count(*) FROM skiplock.job_cancellations").fetchone()[0] == 0
+
+
+def test_slow_jobs_are_claimed_one_at_a_time(app):
+    """Four slow jobs and four slots: they must all run at once (a barrier of four). A slot that
+    claimed all four and ran them one after another would break the barrier."""
+    app.task(name="fast")(lambda job: None)
+    barrier = threading.Barrier(4, timeout=30)
+
+    @app.task(name="slow")
+    def slow(job):
+        barrier.wait()
+
+    worker = app.worker(concurrency=4, batch_size=32, poll_interval=0.05, handle_signals=False, maintenance=False)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        worker.started.wait(10)
+        app.enqueue_many([("fast", {})] * 2000)  # every slot's claim size grows
+        wait_for(lambda: app.counts() == [("default", "done", 2000)])
+        ids = app.enqueue_many([("slow", {})] * 4)
+        wait_for(lambda: all(app.get_job(i).state == "done" for i in ids))
+        assert worker.stats.failed == 0
+        assert not barrier.broken
+    finally:
+        worker.stop()
+        thread.join(30)
+
+
+def test_cancelling_a_job_in_a_batch_reruns_its_batch_mates_alone(app, db, effects):
+    """cancel_job ends the session holding the job's batch: the whole batch rolls back; the
+    cancelled job ends cancelled, every other job of the batch runs again, alone, with a counted
+    attempt -- and nothing is done twice."""
+    release = threading.Event()
+    target: list[int] = []
+
+    @app.task(name="work")
+    def work(job, block=False):
+        record(job)
+        if block:
+            target.append(job.id)
+            release.wait(30)
+
+    warm = app.enqueue_many([("work", {})] * 7)
+    before = app.enqueue_many([("work", {})] * 3)
+    blocker = app.enqueue("work", {"block": True})
+    after = app.enqueue_many([("work", {})] * 4)
+    worker = app.worker(concurrency=1, batch_size=8, batch_budget=60, poll_interval=0.05, handle_signals=False,
+                        maintenance=False)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_for(lambda: target == [blocker])
+        batch = db.execute("SELECT ids FROM skiplock.job_batches").fetchone()[0]
+        assert blocker in batch and set(before) <= set(batch), batch  # it really is running in a batch
+        assert app.cancel_job(blocker, wait=10) == "cancelled"
+        release.set()
+        every = warm + before + after
+        wait_for(lambda: all(app.get_job(i).state == "done" for i in every))
+    finally:
+        release.set()
+        worker.stop()
+        thread.join(30)
+    per_job = dict(effects.execute("SELECT job_id, count(*) FROM effects GROUP BY 1").fetchall())
+    assert per_job == {i: 1 for i in warm + before + after}
+    for i in before:  # rolled back with the batch, then run alone: one counted attempt
+        assert app.get_job(i).attempts == 1
+    assert app.get_job(blocker).state == "cancelled"
