@@ -531,7 +531,7 @@ class Sizes:
     backlog_claims: int = 20_000
     backlog_warmup: int = 1_000
     backlog_max_seconds: float = 30.0  # per backlog: cap on the measured window
-    many_jobs: int = 20_000
+    many_jobs: int = 100_000
     many_processes: int = 8
     many_concurrency: int = 8
 

@@ -178,10 +178,12 @@ class Executor:
         gets its own savepoint as soon as its handler reads ``job.conn``: a failure rolls back only its
         own work. A job whose handler touched the database is completed at once, inside its savepoint
         (a refused completion rolls back its work alone); the others are written ``done`` together at
-        the end, in one statement, just before the COMMIT. Stops starting jobs once ``budget`` seconds
-        have passed or the worker is stopping; a job that is a suspect, was asked to cancel, or is
-        unknown takes the single-job path (``run``). If the lease ends mid-batch, every job's work in
-        it was rolled back: none of them is reported, and each runs again, alone."""
+        the end, in one statement sent with the COMMIT (one round trip; one refused there because a
+        cancellation was requested meanwhile had no effects, and is recorded cancelled afterwards).
+        Stops starting jobs once ``budget`` seconds have passed or the worker is stopping. A suspect
+        runs alone: first, or not in this batch. A job asked to cancel or of an unknown task takes the
+        single-job path (``run``). If the lease ends mid-batch, every job's work in it was rolled back:
+        none of them is reported, and each runs again, alone."""
         backend = self.backend
         started_at = batch[0].claimed_at
         batch_id, suspects, cancels = self._bookkeeping(
@@ -228,14 +230,13 @@ class Executor:
             if conn.closed:  # the lease was ended on purpose; only this job's outcome was recorded
                 return BatchRun([outcome])
             outcomes.append(outcome)
-        written = backend.complete_batch(conn, batch_id, done, started_at, slot)
+        written = backend.complete_batch(conn, batch_id, done, started_at, slot)  # and COMMIT
         for claimed, attempt, result in done:
             if claimed.id in written:
                 outcomes.append(Done(result))
-            else:  # a cancellation was requested while it ran; it had no database effects to undo
+            else:  # a cancellation was requested while it ran (it had no database effects): record it
                 outcomes.append(self._write(conn, claimed, attempt, Cancelled("cancellation requested while the job ran"),
                                             started_at, slot, False))
-        conn.commit()
         return BatchRun(outcomes, out_of_time)
 
     def run(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, slot: str, savepoint_taken: bool = False,

@@ -95,13 +95,18 @@ class Worker:
     """Claims and runs jobs. Create it with :meth:`App.worker`.
 
     ``batch_size`` is the most jobs one claim takes (see :class:`ClaimSize`); ``batch_budget`` the
-    seconds after which a batch starts no further job (its remaining jobs are released at its COMMIT).
+    seconds after which a batch starts no further job (its remaining jobs are released at its COMMIT);
+    ``batch_slots`` how many slots may claim batches at the same time (the others wait for a turn
+    while jobs are fast; slow jobs are claimed one at a time by every slot). Every claimed row a batch
+    has not reached yet is a row other workers' claims must step over, so more batches in flight cost
+    every claimer; one per process was the best setting measured (docs/batches.md).
     """
 
     def __init__(self, app: "App", queues: Sequence[str] | None = None, concurrency: int = 4, *,
                  poll_interval: float = 0.5, name: str | None = None, handle_signals: bool = True,
                  max_reconnect_delay: float = 30.0, maintenance: bool = True, prune_interval: float = 60.0,
-                 batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = 0.05, listen: bool = True,
+                 batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = 0.05, batch_slots: int = 1,
+                 listen: bool = True,
                  rescue_interval: float = 5.0):
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
@@ -124,6 +129,10 @@ class Worker:
         if isinstance(batch_budget, bool) or not isinstance(batch_budget, (int, float)) or not 0 < batch_budget <= 60:
             raise ValueError(f"batch_budget must be a number of seconds in (0, 60], got {batch_budget!r}")
         self.batch_budget = float(batch_budget)
+        if isinstance(batch_slots, bool) or not isinstance(batch_slots, int) or batch_slots < 1:
+            raise ValueError(f"batch_slots must be a positive integer, got {batch_slots!r}")
+        self.batch_slots = batch_slots
+        self._batch_turns = threading.BoundedSemaphore(batch_slots)
         self.rescue_interval = rescue_interval
         self.listen = listen
         self.listener: Listener | None = None
@@ -230,6 +239,35 @@ class Worker:
                 signal.signal(sig, handler)
         return self.stats
 
+    def _take_batch_turn(self) -> bool:
+        """Wait for a turn to claim a batch (see ``batch_slots``); False if the worker is stopping."""
+        while not self._stopping.is_set():
+            if self._batch_turns.acquire(timeout=self.poll_interval):
+                return True
+        return False
+
+    def _claim(self, conn: psycopg.Connection[Any], size: ClaimSize, executor: Executor) -> tuple[list[Any], bool]:
+        """Claim the next job(s) in a new transaction on ``conn``. Returns them, and whether this slot
+        now holds a batch turn (only while it has a batch of fast jobs to run; see ``batch_slots``)."""
+        if size.value > 1 and not self._take_batch_turn():
+            return [], False  # stopping
+        turn = size.value > 1
+        try:
+            claimed = self.app.backend.claim(conn, self.queues, size.value, savepoint=True)
+            if len(claimed) > 1 and executor.alone(claimed[0].task):
+                # A job that runs alone came first: let the others go at once, take one.
+                size.alone()
+                conn.rollback()
+                claimed = self.app.backend.claim(conn, self.queues, 1, savepoint=True)
+        except BaseException:
+            if turn:
+                self._batch_turns.release()
+            raise
+        if turn and len(claimed) <= 1:  # no batch to run: the turn is someone else's
+            self._batch_turns.release()
+            turn = False
+        return claimed, turn
+
     def _slot(self, index: int, executor: Executor) -> None:
         slot_name = f"{self.name}/{index}"
         backend = self.app.backend
@@ -246,28 +284,27 @@ class Worker:
                         self._conns[index] = conn
                         if delay:
                             log.warning("slot %s: reconnected to the database", slot_name)
-                    claimed = backend.claim(conn, self.queues, size.value, savepoint=True)
-                    if len(claimed) > 1 and executor.alone(claimed[0].task):
-                        # A job that runs alone came first: let the others go at once, take one.
-                        size.alone()
-                        conn.rollback()
-                        claimed = backend.claim(conn, self.queues, 1, savepoint=True)
-                    if not claimed:
-                        conn.rollback()
-                        if self._stop_when_empty:
-                            return
-                        self._idle()
-                        continue
-                    if len(claimed) >= size.value:
-                        self.wake(every=False)  # there may be more: let an idle slot look too
-                    self._busy.add(index)
+                    claimed, turn = self._claim(conn, size, executor)
                     try:
-                        run = executor.run_batch(conn, claimed, slot_name, self.batch_budget, self._stopping)
-                        for outcome in run.outcomes:
-                            self.stats.count(outcome)
-                        size.after(len(claimed), run)
+                        if not claimed:
+                            conn.rollback()
+                            if self._stop_when_empty:
+                                return
+                            self._idle()
+                            continue
+                        if len(claimed) >= size.value:
+                            self.wake(every=False)  # there may be more: let an idle slot look too
+                        self._busy.add(index)
+                        try:
+                            run = executor.run_batch(conn, claimed, slot_name, self.batch_budget, self._stopping)
+                            for outcome in run.outcomes:
+                                self.stats.count(outcome)
+                            size.after(len(claimed), run)
+                        finally:
+                            self._busy.discard(index)
                     finally:
-                        self._busy.discard(index)
+                        if turn:
+                            self._batch_turns.release()
                     delay = 0.0
                 except Exception as exc:  # noqa: BLE001 - a slot never dies; it reconnects with backoff
                     if self.stats.aborted:

@@ -313,12 +313,16 @@ class PostgresBackend:
 
     def complete_batch(self, conn: psycopg.Connection[Any], batch: int, done: Sequence[tuple[ClaimedJob, int, str | None]],
                        started_at: datetime, worker: str) -> set[int]:
-        """In the batch's transaction: write ``done`` ((job, attempt, result JSON)) and delete the
-        batch's row. Returns the ids written (a job missing was refused: cancellation requested)."""
-        row = conn.execute(self.q["complete_batch"], {
-            "ids": [d[0].id for d in done], "attempts": [d[1] for d in done], "results": [d[2] for d in done],
-            "started_at": started_at, "worker": worker, "batch": batch, "prefix": f"{self.schema}:"}).fetchone()
-        return set(row[0])
+        """End the batch's transaction: write ``done`` ((job, attempt, result JSON)), delete the
+        batch's row and COMMIT, in one round trip (pipeline mode). Returns the ids written; a job
+        missing was refused (a cancellation was requested) and is still queued, unlocked."""
+        cur = conn.cursor(row_factory=tuple_row)
+        with conn.pipeline():
+            cur.execute(self.q["complete_batch"], {
+                "ids": [d[0].id for d in done], "attempts": [d[1] for d in done], "results": [d[2] for d in done],
+                "started_at": started_at, "worker": worker, "batch": batch, "prefix": f"{self.schema}:"})
+            conn.commit()
+        return set(cur.fetchone()[0])
 
     def notice(self, job_id: int) -> str:
         """The payload announcing that a job finished, on the fixed channel ``skiplock``."""
