@@ -163,3 +163,28 @@ def test_cancelling_a_job_in_a_batch_reruns_its_batch_mates_alone(app, db, effec
     for i in before:  # rolled back with the batch, then run alone: one counted attempt
         assert app.get_job(i).attempts == 1
     assert app.get_job(blocker).state == "cancelled"
+
+
+@pytest.mark.parametrize("batch_slots", [1, 2])
+def test_no_more_batches_in_flight_than_batch_slots(app, dsn, batch_slots):
+    """Each handler counts the batches in flight (their rows in job_batches, written before a batch's
+    first handler and deleted by its COMMIT) from a connection of its own."""
+    local = threading.local()
+    conns: list[psycopg.Connection] = []
+    seen: list[int] = []
+
+    @app.task(name="look")
+    def look(job):
+        if not hasattr(local, "conn"):
+            local.conn = psycopg.connect(dsn, autocommit=True)
+            conns.append(local.conn)
+        seen.append(local.conn.execute("SELECT count(*) FROM skiplock.job_batches").fetchone()[0])
+
+    app.enqueue_many([("look", {})] * 1500)
+    try:
+        stats = run_until_empty(app, concurrency=6, batch_size=16, batch_slots=batch_slots)
+    finally:
+        for conn in conns:
+            conn.close()
+    assert stats.done == 1500
+    assert 1 <= max(seen) <= batch_slots
