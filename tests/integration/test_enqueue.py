@@ -98,3 +98,20 @@ def test_enqueue_on_a_dict_row_connection(app, dsn):
                app.enqueue("t", unique_key="u", conn=conn)]
         conn.commit()
     assert all(isinstance(i, int) for i in ids)
+
+
+def test_a_pooled_connection_ended_by_the_server_is_replaced_not_used(app, db):
+    """Right after use a pooled connection is not checked with a round trip; one whose session the
+    server ended (restart, terminate) is still noticed (its socket has the server's goodbye to read)
+    and replaced, so the enqueue succeeds."""
+    first = app.enqueue("t", {"n": 1})
+    pids = [r[0] for r in db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = 'skiplock' "
+                                     "AND datname = current_database()").fetchall()]
+    assert pids
+    db.execute("SELECT pg_terminate_backend(pid, 5000) FROM unnest(%s::int[]) AS p(pid)", [pids])
+    second = app.enqueue("t", {"n": 2})
+    assert second > first
+    assert app.get_job(second).args == {"n": 2}
+    now = {r[0] for r in db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = 'skiplock' "
+                                    "AND datname = current_database()").fetchall()}
+    assert now and not now & set(pids)

@@ -11,8 +11,11 @@ Two kinds of connection:
 
 from __future__ import annotations
 
+import select
 import threading
+import time
 import uuid
+import weakref
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Iterator, Sequence
@@ -90,6 +93,8 @@ class PostgresBackend:
         self._pool: ConnectionPool | None = None
         self._pool_size = pool_size
         self._lock = threading.Lock()
+        self._idle_lock = threading.Lock()
+        self._idle_since: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = weakref.WeakKeyDictionary()
 
     # ---- connections -------------------------------------------------------------------------
 
@@ -106,11 +111,32 @@ class PostgresBackend:
                         open=False,
                         name="skiplock",
                         reconnect_timeout=60,
-                        check=ConnectionPool.check_connection,
+                        check=self._check_pooled,
                     )
                     pool.open(wait=True, timeout=CONNECT_TIMEOUT + 5)
                     self._pool = pool
         return self._pool
+
+    # A pooled connection back from use within this many seconds skips the round trip of a full check.
+    CHECK_AFTER_IDLE = 2.0
+
+    def _check_pooled(self, conn: psycopg.Connection[Any]) -> None:
+        """Checked as it leaves the pool. A connection idle for a while gets a round trip to the
+        server (``check_connection``); a recently used one only if its socket has something to read
+        -- an idle connection never does, unless the server ended the session (a restart, a
+        terminate): so a connection killed by a restart is still replaced, not used, and the common
+        case costs no round trip."""
+        with self._idle_lock:
+            since = self._idle_since.get(conn)
+        if since is None or time.monotonic() - since > self.CHECK_AFTER_IDLE or conn.broken:
+            ConnectionPool.check_connection(conn)
+            return
+        try:
+            readable = select.select([conn.fileno()], [], [], 0)[0]
+        except (OSError, ValueError, psycopg.Error):
+            readable = True
+        if readable:
+            ConnectionPool.check_connection(conn)
 
     @contextmanager
     def _conn(self) -> Iterator[psycopg.Connection[Any]]:
@@ -120,6 +146,8 @@ class PostgresBackend:
         try:
             with pool.connection(timeout=CONNECT_TIMEOUT + 5) as conn:
                 yield conn
+            with self._idle_lock:  # here, not in the pool's reset hook: that one runs in a pool thread
+                self._idle_since[conn] = time.monotonic()
         except PoolTimeout:
             raise DatabaseUnavailable(f"no connection to PostgreSQL ({describe_dsn(self.dsn)}) within "
                                       f"{CONNECT_TIMEOUT + 5}s") from None
