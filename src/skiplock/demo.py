@@ -79,17 +79,10 @@ def run_demo(admin_dsn: str, *, jobs: int = 10_000, workers: int = 4, concurrenc
                 done = db.execute("SELECT count(*) FROM skiplock.jobs WHERE state = 'done'").fetchone()[0]
                 progress.update(bar, completed=done)
                 if victim.poll() is None and done >= jobs // 3 and not killed_in_flight:
-                    # Kill while the victim has jobs in flight: the jobs of its uncommitted transactions
-                    # are in the rows of job_attempts (a job run alone) and job_batches (a batch) naming it.
-                    rows = db.execute("SELECT job_id FROM skiplock.job_attempts WHERE worker LIKE %(w)s UNION "
-                                      "SELECT unnest(ids) FROM skiplock.job_batches WHERE worker LIKE %(w)s",
-                                      {"w": f"%:{victim.pid}/%"}).fetchall()
-                    if rows:
-                        victim.send_signal(signal.SIGKILL)
-                        victim.wait()
-                        killed_in_flight = sorted(r[0] for r in rows)
+                    killed_in_flight = _kill_with_jobs_in_flight(db, victim)
+                    if killed_in_flight:
                         progress.console.print(f"[bold red]SIGKILL[/] worker {victim.pid} with job(s) "
-                                               f"{', '.join(map(str, killed_in_flight))} in flight")
+                                               f"{_ids(killed_in_flight)} in flight")
                 time.sleep(0.05 if killed_in_flight or done < jobs // 3 else 0.002)
         elapsed = time.monotonic() - start
     finally:
@@ -102,6 +95,48 @@ def run_demo(admin_dsn: str, *, jobs: int = 10_000, workers: int = 4, concurrenc
             except subprocess.TimeoutExpired:
                 p.kill()
     return _report(dsn, jobs, victim.pid, killed_in_flight, elapsed, console)
+
+
+def _kill_with_jobs_in_flight(db: psycopg.Connection[Any], victim: subprocess.Popen[bytes]) -> list[int]:
+    """SIGKILL ``victim`` if it has jobs in flight, and return them ([] and no kill if it has none).
+
+    The victim is frozen first (SIGSTOP): a stopped process sends nothing, so once the server has
+    processed what it already sent (its sessions are no longer active) its open transactions cannot
+    change. The jobs of those transactions are in the rows of job_attempts (a job run alone) and
+    job_batches (a batch) naming it; those and only those roll back with the kill."""
+    sessions = ("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s AND state = 'active'",
+                [f"skiplock-worker %:{victim.pid}/%"])
+    victim.send_signal(signal.SIGSTOP)
+    for _ in range(2):  # again after a pause: a message still in a socket buffer may arrive late
+        deadline = time.monotonic() + 5
+        while db.execute(*sessions).fetchone()[0] and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.05)
+    rows = db.execute("SELECT job_id FROM skiplock.job_attempts WHERE worker LIKE %(w)s UNION "
+                      "SELECT unnest(ids) FROM skiplock.job_batches WHERE worker LIKE %(w)s",
+                      {"w": f"%:{victim.pid}/%"}).fetchall()
+    if not rows:
+        victim.send_signal(signal.SIGCONT)
+        return []
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    return sorted(r[0] for r in rows)
+
+
+def _ids(ids: list[int]) -> str:
+    """A short form of a list of job ids: all of a few, else how many and the range."""
+    if len(ids) <= 6:
+        return ", ".join(map(str, ids))
+    return f"{len(ids)} jobs, {min(ids)}…{max(ids)}"
+
+
+def _redone(rows: list[tuple[int, int, int]]) -> str:
+    if len(rows) <= 6:
+        return "; ".join(f"job {i}: attempt {a} by pid {p}" for i, a, p in rows)
+    attempts = sorted({a for _, a, _ in rows})
+    pids = sorted({p for _, _, p in rows})
+    return (f"{len(rows)} jobs, attempt {'/'.join(map(str, attempts))}, by pid(s) {', '.join(map(str, pids))}"
+            " (a job killed in a batch is not charged: it runs again alone)")
 
 
 def _report(dsn: str, jobs: int, victim_pid: int, in_flight: list[int], elapsed: float, console: Console) -> bool:
@@ -125,10 +160,10 @@ def _report(dsn: str, jobs: int, victim_pid: int, in_flight: list[int], elapsed:
         ("effect rows (one per committed job)", f"{effects:,}", effects == jobs),
         ("jobs whose effect exists more than once", str(doubled), doubled == 0),
         ("jobs without an effect", f"{jobs - distinct_jobs:,}", distinct_jobs == jobs),
-        (f"killed worker {victim_pid}: jobs in flight", ", ".join(map(str, in_flight)) or "none seen", bool(in_flight)),
+        (f"killed worker {victim_pid}: jobs in flight", _ids(in_flight) or "none seen", bool(in_flight)),
         ("...their effects left by the killed worker", str(victim_effects_for_inflight), victim_effects_for_inflight == 0),
         ("...redone by another worker (attempt, pid)",
-         "; ".join(f"job {i}: attempt {a} by pid {p}" for i, a, p in redone) or "-",
+         _redone(redone) or "-",
          len(redone) == len(in_flight) and all(p != victim_pid for _, a, p in redone)),
         ("wall time / throughput", f"{elapsed:.1f}s / {jobs / elapsed:,.0f} jobs/s", True),
     ]

@@ -87,6 +87,7 @@ class BatchRun:
 
     outcomes: list[Outcome]
     out_of_time: bool = False
+    seconds_per_job: float | None = None  # a batch's mean time per job, its claim and COMMIT left out
 
 
 class Executor:
@@ -203,6 +204,7 @@ class Executor:
             savepoint_ready = False
 
         out_of_time = False
+        began = time.perf_counter()
         for i, claimed in enumerate(batch):
             if i and (time.monotonic() > deadline or stopping.is_set()):
                 out_of_time = True
@@ -230,6 +232,8 @@ class Executor:
             if conn.closed:  # the lease was ended on purpose; only this job's outcome was recorded
                 return BatchRun([outcome])
             outcomes.append(outcome)
+        ran = len(outcomes) + len(done)
+        seconds_per_job = (time.perf_counter() - began) / ran if ran else None
         written = backend.complete_batch(conn, batch_id, done, started_at, slot)  # and COMMIT
         for claimed, attempt, result in done:
             if claimed.id in written:
@@ -237,7 +241,7 @@ class Executor:
             else:  # a cancellation was requested while it ran (it had no database effects): record it
                 outcomes.append(self._write(conn, claimed, attempt, Cancelled("cancellation requested while the job ran"),
                                             started_at, slot, False))
-        return BatchRun(outcomes, out_of_time)
+        return BatchRun(outcomes, out_of_time, seconds_per_job)
 
     def run(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, slot: str, savepoint_taken: bool = False,
             batch: int | None = None) -> Outcome:

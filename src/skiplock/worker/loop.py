@@ -75,17 +75,27 @@ class ClaimSize:
     batches run within their time budget; falls to what fitted when the budget runs out, and to 1
     when the first job claimed must run alone (a slow, timed or claimed-lease task). So fast jobs are
     claimed in batches (one commit for many), while slow jobs are claimed one at a time and no slot
-    sits on jobs it is not running while other slots are idle."""
+    sits on jobs it is not running while other slots are idle.
+
+    ``instant``: this slot's last batch averaged under ``INSTANT_SECONDS`` per job. Such batches are
+    all claim, lock and commit: they take turns (``batch_slots``), since every row a batch holds is
+    one more that every other claimer must step over, and running more of them at once only adds
+    contention. Batches of jobs that take longer (waiting on I/O, say) run on every slot at once."""
+
+    INSTANT_SECONDS = 0.0005
 
     def __init__(self, maximum: int):
         self.maximum = maximum
         self.value = 1
+        self.instant = True
 
     def after(self, claimed: int, run: BatchRun) -> None:
         if run.out_of_time:
             self.value = max(1, len(run.outcomes))
         elif claimed >= self.value:
             self.value = min(self.maximum, self.value * 2)
+        if run.seconds_per_job is not None:
+            self.instant = run.seconds_per_job < self.INSTANT_SECONDS
 
     def alone(self) -> None:
         self.value = 1
@@ -96,10 +106,11 @@ class Worker:
 
     ``batch_size`` is the most jobs one claim takes (see :class:`ClaimSize`); ``batch_budget`` the
     seconds after which a batch starts no further job (its remaining jobs are released at its COMMIT);
-    ``batch_slots`` how many slots may claim batches at the same time (the others wait for a turn
-    while jobs are fast; slow jobs are claimed one at a time by every slot). Every claimed row a batch
-    has not reached yet is a row other workers' claims must step over, so more batches in flight cost
-    every claimer; one per process was the best setting measured (docs/batches.md).
+    ``batch_slots`` how many slots may run batches of near-instant jobs at the same time (see
+    :class:`ClaimSize`; other batches, and jobs claimed one at a time, run on every slot). Every
+    claimed row a batch has not reached yet is a row other workers' claims must step over, so more
+    such batches in flight cost every claimer; one per process was the best setting measured
+    (docs/batches.md).
     """
 
     def __init__(self, app: "App", queues: Sequence[str] | None = None, concurrency: int = 4, *,
@@ -249,9 +260,9 @@ class Worker:
     def _claim(self, conn: psycopg.Connection[Any], size: ClaimSize, executor: Executor) -> tuple[list[Any], bool]:
         """Claim the next job(s) in a new transaction on ``conn``. Returns them, and whether this slot
         now holds a batch turn (only while it has a batch of fast jobs to run; see ``batch_slots``)."""
-        if size.value > 1 and not self._take_batch_turn():
+        turn = size.value > 1 and size.instant
+        if turn and not self._take_batch_turn():
             return [], False  # stopping
-        turn = size.value > 1
         try:
             claimed = self.app.backend.claim(conn, self.queues, size.value, savepoint=True)
             if len(claimed) > 1 and executor.alone(claimed[0].task):
