@@ -276,3 +276,14 @@ def test_lifecycle_commands(dsn, db, producer):
 
     waited = run_cli(dsn, "wait", unique[0], "--timeout", "0.2")
     assert waited.returncode == 1 and "did not finish" in waited.stderr
+
+
+def test_demo_kills_a_worker_mid_run_and_every_effect_is_there_once(pg_admin_dsn):
+    """`skiplock demo` (the README's main command), smaller: its own checks decide the exit code."""
+    result = run_cli(pg_admin_dsn, "demo", "--jobs", "3000", timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "every job done, every database-local effect exactly once" in result.stdout
+    rows = [line for line in result.stdout.splitlines() if "│" in line]
+    assert rows and all(line.rstrip().endswith("│ yes │") for line in rows if "│ NO" in line or "│ yes" in line)
+    killed = [line for line in rows if re.search(r"killed worker \d+: jobs in flight", line)]
+    assert len(killed) == 1 and "yes" in killed[0], killed
