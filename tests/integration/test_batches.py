@@ -5,10 +5,12 @@ killed it (see test_crash.py for the process-level version)."""
 from __future__ import annotations
 
 import threading
+import time
 
 import psycopg
 import pytest
 
+from skiplock.worker.loop import ClaimSize
 from test_worker import wait_for
 
 
@@ -166,9 +168,11 @@ def test_cancelling_a_job_in_a_batch_reruns_its_batch_mates_alone(app, db, effec
 
 
 @pytest.mark.parametrize("batch_slots", [1, 2])
-def test_no_more_batches_in_flight_than_batch_slots(app, dsn, batch_slots):
+def test_no_more_batches_in_flight_than_batch_slots(app, dsn, batch_slots, monkeypatch):
     """Each handler counts the batches in flight (their rows in job_batches, written before a batch's
-    first handler and deleted by its COMMIT) from a connection of its own."""
+    first handler and deleted by its COMMIT) from a connection of its own. Every batch counts as one of
+    near-instant jobs here (the handler's own query may take longer than that on a busy machine)."""
+    monkeypatch.setattr(ClaimSize, "INSTANT_SECONDS", 60.0)
     local = threading.local()
     conns: list[psycopg.Connection] = []
     seen: list[int] = []
@@ -188,3 +192,28 @@ def test_no_more_batches_in_flight_than_batch_slots(app, dsn, batch_slots):
             conn.close()
     assert stats.done == 1500
     assert 1 <= max(seen) <= batch_slots
+
+
+def test_batches_of_jobs_that_wait_run_on_every_slot(app, dsn):
+    """Jobs that take a few milliseconds (waiting, not computing) are still batched, but their
+    batches do not take turns: several run at once even with batch_slots=1."""
+    local = threading.local()
+    conns: list[psycopg.Connection] = []
+    seen: list[int] = []
+
+    @app.task(name="wait")
+    def wait(job):
+        if not hasattr(local, "conn"):
+            local.conn = psycopg.connect(dsn, autocommit=True)
+            conns.append(local.conn)
+        seen.append(local.conn.execute("SELECT count(*) FROM skiplock.job_batches").fetchone()[0])
+        time.sleep(0.003)
+
+    app.enqueue_many([("wait", {})] * 400)
+    try:
+        stats = run_until_empty(app, concurrency=4, batch_size=8, batch_slots=1)
+    finally:
+        for conn in conns:
+            conn.close()
+    assert stats.done == 400
+    assert max(seen) >= 2
