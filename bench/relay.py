@@ -4,16 +4,22 @@
 which prints one JSON object. Without a DSN it uses ``SKIPLOCK_DSN``, else skiplock's embedded server.
 
 What is measured, in one run against one server:
-- ``baseline_posts_per_s``: the same HTTP client (httpx, same concurrency) POSTing the same number of
-  requests straight at the receiver, no database: the ceiling the relay can approach.
+- ``baseline_posts_per_s``: raw POSTs straight at the receiver, no database: the ceiling the relay can
+  approach. Made like the relay's: the client of an ``HttpSink`` (httpx, the same connection limits),
+  the same concurrency, the same number of requests and the same requests (a message's body and
+  HttpSink's headers). Measured right before each HTTP relay measurement (the machine may be shared:
+  a baseline taken once, minutes away from the figure it is compared to, is compared with other
+  weather), and each lease mode's ratio is to its own baseline (``*_vs_baseline``);
+  ``baseline_posts_per_s`` is their mean, ``baseline_samples`` all of them.
 - ``claimed_messages_per_s``: ``HttpSink`` through a relay with the default claimed lease (claim a
   batch, deliver concurrently, one fenced UPDATE for the batch's outcomes).
 - ``transaction_messages_per_s``: the same with ``lease="transaction"`` (row locks held while delivering).
 - ``enqueue_job_messages_per_s``: ``EnqueueJobSink`` (no HTTP: each message becomes a job in the same
   transaction): the relay's database cost alone.
 The receiver runs in a separate process (this file with ``--serve``), so it does not share the
-relay's interpreter lock; it counts requests and distinct idempotency keys, and the run checks that
-every message arrived exactly once.
+relay's interpreter lock; it counts requests, distinct idempotency keys and distinct client
+connections, and the run checks that every message arrived exactly once and that neither the
+baseline nor a relay opened more connections than its concurrency (kept alive, not one per POST).
 """
 
 from __future__ import annotations
@@ -38,9 +44,11 @@ CONCURRENCY = 16
 # ---- the receiver (a separate process) ------------------------------------------------------------
 
 def serve() -> None:
-    """Answer 200 to every POST; GET /stats returns {"requests": n, "keys": distinct idempotency keys}."""
+    """Answer 200 to every POST; GET /stats returns {"requests": n, "keys": distinct idempotency keys,
+    "connections": distinct client connections}; GET /reset returns them and starts counting anew."""
     lock = threading.Lock()
     keys: set[str] = set()
+    clients: set[Any] = set()
     count = [0]
 
     class Handler(BaseHTTPRequestHandler):
@@ -61,20 +69,29 @@ def serve() -> None:
             key = self.headers.get("Idempotency-Key")
             with lock:
                 count[0] += 1
+                clients.add(self.client_address)
                 if key:
                     keys.add(key)
             self._reply(b"ok")
 
         def do_GET(self) -> None:
             with lock:
-                body = json.dumps({"requests": count[0], "keys": len(keys)}).encode()
+                body = json.dumps({"requests": count[0], "keys": len(keys), "connections": len(clients)}).encode()
                 if self.path == "/reset":
                     count[0] = 0
                     keys.clear()
+                    clients.clear()
             self._reply(body)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        # socketserver's default listen backlog is 5: a client opening its 16 connections at once
+        # overflows it, the kernel drops the extra SYNs and those connections wait for the 1 s SYN
+        # retransmit -- one POST stalls a whole relay batch, and the figure (baseline or relay) falls
+        # to half or a third at random. A real webhook endpoint listens with a backlog of hundreds.
+        request_queue_size = 1024
+
+    server = Server(("127.0.0.1", 0), Handler)
     print(server.server_address[1], flush=True)
     server.serve_forever()
 
@@ -99,19 +116,31 @@ class ReceiverProcess:
 
 # ---- the measurements -----------------------------------------------------------------------------
 
-def _baseline(url: str, n: int, concurrency: int) -> float:
-    import httpx
+def _payload(i: int) -> dict[str, Any]:
+    return {"i": i, "pad": "x" * 64}
 
-    client = httpx.Client(timeout=10, limits=httpx.Limits(max_connections=concurrency,
-                                                          max_keepalive_connections=concurrency))
-    body = json.dumps({"i": 0}).encode()
+
+def _baseline(url: str, n: int, concurrency: int) -> float:
+    """n raw POSTs of what the relay would send, ``concurrency`` at a time, on an HttpSink's client."""
+    from skiplock.outbox import HttpSink
+
+    client = HttpSink(url, max_connections=concurrency).client  # the relay's client, connection limits and all
+    run = uuid.uuid4().hex[:8]
 
     def post(i: int) -> None:
-        client.post(url, content=body, headers={"Content-Type": "application/json",
-                                                "Idempotency-Key": f"baseline-{i}"}).raise_for_status()
+        body = json.dumps(_payload(i), separators=(",", ":")).encode()
+        client.post(url, content=body, headers={
+            "Content-Type": "application/json", "Idempotency-Key": f"baseline-{run}-{i}", "Skiplock-Topic": "bench",
+            "Skiplock-Message-Id": str(i), "Skiplock-Attempt": "1"}).raise_for_status()
+    together = threading.Barrier(concurrency)
+
+    def open_connection(i: int) -> None:
+        together.wait(30)  # every thread at once: all `concurrency` connections are open before timing
+        post(i)
     try:
         with cf.ThreadPoolExecutor(concurrency) as pool:
-            list(pool.map(post, range(min(n, 200))))  # warm the connections
+            list(pool.map(open_connection, range(-200 - concurrency, -200)))
+            list(pool.map(post, range(-min(n, 200), 0)))  # warm
             started = time.perf_counter()
             list(pool.map(post, range(n)))
             return n / (time.perf_counter() - started)
@@ -119,8 +148,15 @@ def _baseline(url: str, n: int, concurrency: int) -> float:
         client.close()
 
 
+def _checked(receiver: "ReceiverProcess", what: str, expected: int) -> None:
+    seen = receiver.stats(reset=True)
+    if seen["requests"] != expected or seen["keys"] != expected or seen["connections"] > CONCURRENCY:
+        raise RuntimeError(f"{what}: the receiver saw {seen}, expected {expected} distinct requests once each "
+                           f"on at most {CONCURRENCY} connections")
+
+
 def _relay_rate(app: Any, sink: Any, n: int, **options: Any) -> float:
-    app.outbox.put_many([("bench", {"i": i, "pad": "x" * 64}) for i in range(n)])
+    app.outbox.put_many([("bench", _payload(i)) for i in range(n)])
     relay = app.relay(sink, batch_size=BATCH_SIZE, concurrency=CONCURRENCY, handle_signals=False, **options)
     started = time.perf_counter()
     stats = relay.run(stop_when_empty=True)
@@ -144,22 +180,26 @@ def run(dsn: str, messages: int = DEFAULT_MESSAGES) -> dict[str, Any]:
     url = f"{receiver.base}/hook"
     try:
         app.migrate()
-        baseline = _baseline(url, messages, CONCURRENCY)
-        receiver.stats(reset=True)
         results: dict[str, Any] = {"benchmark": "relay_throughput", "messages": messages, "batch_size": BATCH_SIZE,
-                                   "concurrency": CONCURRENCY, "baseline_posts_per_s": round(baseline, 1)}
+                                   "concurrency": CONCURRENCY}
+        baselines: list[float] = []
         for lease in ("claimed", "transaction"):
+            receiver.stats(reset=True)
+            baseline = _baseline(url, messages, CONCURRENCY)
+            _checked(receiver, f"baseline before the {lease} lease", messages + min(messages, 200) + CONCURRENCY)
             sink = HttpSink(url, max_connections=CONCURRENCY)
             try:
                 rate = _relay_rate(app, sink, messages, lease=lease)
             finally:
                 sink.close()
-            seen = receiver.stats(reset=True)
-            if seen != {"requests": messages, "keys": messages}:
-                raise RuntimeError(f"{lease} lease: the receiver saw {seen}, expected {messages} distinct messages once each")
+            _checked(receiver, f"{lease} lease", messages)
+            baselines.append(baseline)
             results[f"{lease}_messages_per_s"] = round(rate, 1)
+            results[f"{lease}_baseline_posts_per_s"] = round(baseline, 1)
+            results[f"{lease}_vs_baseline"] = round(rate / baseline, 3)
+        results["baseline_posts_per_s"] = round(sum(baselines) / len(baselines), 1)
+        results["baseline_samples"] = [round(b, 1) for b in baselines]
         results["enqueue_job_messages_per_s"] = round(_relay_rate(app, EnqueueJobSink(app), messages), 1)
-        results["claimed_vs_baseline"] = round(results["claimed_messages_per_s"] / baseline, 3)
         return results
     finally:
         receiver.close()

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Any, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Callable, Iterable, Mapping
 
 import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
 
-from .app import App
-from .errors import DuplicateJob, InvalidJob
+from .app import App, _check_unique
+from .backend.postgres.backend import KEYED_ATTEMPTS, HolderGone, KeyedBatch, PostgresBackend
+from .errors import DatabaseUnavailable, DuplicateJob, InvalidJob
 from .worker import WorkerStats
 
 # App methods exposed as coroutines, unchanged in signature and meaning.
@@ -31,6 +35,11 @@ class AsyncApp:
         self.task = self.app.task
         self.periodic = self.app.periodic
 
+    @property
+    def outbox(self) -> Any:
+        """The app's transactional outbox: ``await aapp.outbox.put_async(topic, payload, conn=aconn)``."""
+        return self.app.outbox
+
     async def enqueue(self, task: str, args: Mapping[str, Any] | None = None, *, conn: Any = None,
                       **options: Any) -> int:
         """As :meth:`App.enqueue`; with an ``AsyncConnection`` the job exists only if the caller commits."""
@@ -43,30 +52,42 @@ class AsyncApp:
                                 options.pop("max_attempts", None))
         if options:
             raise InvalidJob(f"unknown enqueue options {sorted(options)}")
+        unique_key = _check_unique(unique_key, on_conflict)  # before anything is sent, as App.enqueue
         backend = await asyncio.to_thread(self.app._ready)
         if unique_key is None:
             query, params = backend.enqueue_statement([job])
-            return (await (await conn.execute(query, params)).fetchone())[0]
+            row = await (await conn.cursor(row_factory=tuple_row).execute(query, params)).fetchone()
+            return int(row[0])  # type: ignore[index]
         query, params = backend.enqueue_unique_statement(job, unique_key)
-        row = await (await conn.execute(query, params)).fetchone()
-        if row is None:
-            raise InvalidJob(f"the job holding unique_key {unique_key!r} finished meanwhile; enqueue again")
+        for _ in range(KEYED_ATTEMPTS):  # no row: the holder finished between conflict and lookup (nothing inserted)
+            row = await (await conn.cursor(row_factory=tuple_row).execute(query, params)).fetchone()
+            if row is not None:
+                break
+        else:
+            raise DatabaseUnavailable(f"unique_key {unique_key!r} kept changing hands; try again")
         if not row[1] and on_conflict == "raise":
             raise DuplicateJob(f"job {row[0]} already holds unique_key {unique_key!r}", row[0])
         return row[0]
 
     async def enqueue_many(self, jobs: Iterable[tuple[Any, ...]], *, conn: Any = None) -> list[int]:
-        """As :meth:`App.enqueue_many`, also on an ``AsyncConnection``: the same checks (a bad item is
-        refused by index before anything is sent), then one INSERT statement in the caller's
-        transaction, whatever the batch size (the COPY path of large batches is sync only)."""
+        """As :meth:`App.enqueue_many` (item options ``unique_key`` and ``on_conflict`` included),
+        also on an ``AsyncConnection``: the same checks (a bad item is refused by index before
+        anything is sent), then one INSERT statement in the caller's transaction, whatever the batch
+        size (the COPY path of large batches is sync only). With unique keys, the same statements
+        and decisions as the sync path (:class:`KeyedBatch`), the insert undone on a refusal so the
+        caller's transaction stays usable."""
         if not isinstance(conn, psycopg.AsyncConnection):
             return await asyncio.to_thread(functools.partial(self.app.enqueue_many, jobs, conn=conn))
-        new = self.app._new_jobs(jobs)
+        new, keyed = self.app._new_jobs(jobs)
         if not new:
             return []
+        batch = KeyedBatch(new, keyed) if keyed else None
         backend = await asyncio.to_thread(self.app._ready)
+        if batch is not None:
+            return await _enqueue_keyed(backend, batch, conn)
         query, params = backend.enqueue_statement(new)
-        return [r[0] for r in await (await conn.execute(query, params)).fetchall()]
+        cur = conn.cursor(row_factory=tuple_row)  # whatever the caller's row factory
+        return [r[0] for r in await (await cur.execute(query, params)).fetchall()]
 
     async def run_worker(self, queues: list[str] | None = None, concurrency: int = 4, *,
                          stop_when_empty: bool = False, **options: Any) -> WorkerStats:
@@ -85,6 +106,40 @@ class AsyncApp:
 
     async def __aexit__(self, *exc: Any) -> None:
         await asyncio.to_thread(self.app.close)
+
+
+async def _enqueue_keyed(backend: PostgresBackend, batch: KeyedBatch, conn: psycopg.AsyncConnection[Any]) -> list[int]:
+    """:meth:`PostgresBackend.enqueue_keyed` on an AsyncConnection: the same attempts, each undoable."""
+    for _ in range(KEYED_ATTEMPTS):
+        try:
+            async with _undoable(conn):
+                cur = conn.cursor(row_factory=tuple_row)
+                lookup = batch.inserted(backend, await (await cur.execute(*batch.insert(backend))).fetchall())
+                if lookup is not None:
+                    batch.looked_up(await (await cur.execute(*lookup)).fetchall())
+                return batch.ids()
+        except HolderGone:
+            continue
+    raise batch.gave_up()
+
+
+@asynccontextmanager
+async def _undoable(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+    """:meth:`PostgresBackend._undoable` for the caller's AsyncConnection: a savepoint in its open
+    transaction, a transaction of its own in autocommit mode, or -- none open yet -- the one our
+    statements begin, rolled back on error."""
+    if conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
+        async with conn.transaction():
+            yield
+    else:
+        try:
+            yield
+        except BaseException:
+            try:
+                await conn.rollback()
+            except psycopg.Error:
+                pass
+            raise
 
 
 def _threaded(name: str) -> Callable[..., Any]:

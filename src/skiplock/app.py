@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from .backend.base import NewJob
 from .backend.postgres import PostgresBackend
+from .backend.postgres.backend import KeyedBatch
 from .errors import (ConfigurationError, DuplicateJob, InvalidJob, JobFailed, JobNotFound, UnknownQueue,
                      UnknownTask, WaitTimeout)
 from .job import Job, JobState
@@ -139,6 +140,8 @@ def _compact_json_encoder() -> Callable[[Any], str]:
 _encode_compact = _compact_json_encoder()
 # enqueue_many options that _new_jobs' shortcut handles (run_at and delay vary per job: no shortcut)
 _PLAIN_OPTIONS = frozenset({"queue", "priority", "max_attempts"})
+_ITEM_OPTIONS = frozenset({"queue", "priority", "run_at", "delay", "max_attempts", "unique_key", "on_conflict"})
+ON_CONFLICT = ("return", "raise")
 _STR_OR_NONE = (str, type(None))
 _INT_OR_NONE = (int, type(None))
 _only_str = frozenset({str}).issuperset
@@ -178,6 +181,18 @@ def serialise_args(args: Any, limit: int) -> str:
         if not isinstance(key, str):
             raise InvalidJob(f"args keys must be strings (they become keyword arguments), got {key!r}")
     return to_json(args, "args", limit)
+
+
+def _check_unique(unique_key: Any, on_conflict: Any) -> str | None:
+    """The unique key (None: none), or InvalidJob; ``on_conflict`` is checked even without a key."""
+    if not isinstance(on_conflict, str) or on_conflict not in ON_CONFLICT:
+        raise InvalidJob(f"on_conflict must be 'return' or 'raise', got {on_conflict!r}")
+    if unique_key is None:
+        return None
+    if not isinstance(unique_key, str) or not unique_key or len(unique_key) > 1000 or "\x00" in unique_key:
+        raise InvalidJob(f"unique_key must be a non-empty string of at most 1000 characters without NUL, "
+                         f"got {unique_key!r}")
+    return unique_key
 
 
 def _check_run_at(run_at: Any) -> datetime | None:
@@ -373,12 +388,9 @@ class App:
         holds under concurrent enqueuers); enqueueing again returns the holder's id, or raises
         :class:`DuplicateJob` with ``on_conflict="raise"``."""
         job = self._new_job(task, args, queue, priority, run_at, delay, max_attempts)
+        unique_key = _check_unique(unique_key, on_conflict)
         if unique_key is None:
             return self._ready().enqueue([job], conn)[0]
-        if not isinstance(unique_key, str) or not unique_key or len(unique_key) > 1000 or "\x00" in unique_key:
-            raise InvalidJob(f"unique_key must be a non-empty string of at most 1000 characters, got {unique_key!r}")
-        if on_conflict not in ("return", "raise"):
-            raise InvalidJob(f"on_conflict must be 'return' or 'raise', got {on_conflict!r}")
         job_id, created = self._ready().enqueue_unique(job, unique_key, conn)
         if not created and on_conflict == "raise":
             raise DuplicateJob(f"job {job_id} already holds unique_key {unique_key!r}", job_id)
@@ -388,7 +400,7 @@ class App:
                      *, conn: Any = None) -> list[int]:
         """Insert many jobs in one transaction and return their ids, in input order. Each item is
         ``(task, args)`` or ``(task, args, options)`` with options as for :meth:`enqueue` (``queue``,
-        ``priority``, ``run_at``, ``delay``, ``max_attempts``).
+        ``priority``, ``run_at``, ``delay``, ``max_attempts``, ``unique_key``, ``on_conflict``).
 
         - Every item is checked before anything is sent: a bad one raises :class:`InvalidJob` naming
           its index, and nothing is written (the caller's transaction stays usable).
@@ -396,22 +408,42 @@ class App:
           the caller's transaction -- the jobs exist only if the caller commits; a connection in
           autocommit mode gets a transaction of its own for this call. Workers get one wake-up
           NOTIFY, at commit.
-        - ``ids[k]`` is the id of item ``k``. The ids ascend in input order (at equal priority an earlier
-          item is claimed first) but need not be contiguous: concurrent enqueuers draw from the same
-          sequence.
+        - ``ids[k]`` is the id of item ``k``. The ids of the jobs a call creates ascend in input order
+          (at equal priority an earlier item is claimed first) but need not be contiguous: concurrent
+          enqueuers draw from the same sequence.
         - A job without ``run_at``/``delay`` is due at the transaction's start (``now()``).
+
+        Unique keys, per item, as in :meth:`enqueue` (at most one queued or running job holds a key):
+
+        - An item whose key a queued or running job holds creates nothing; its id is the holder's
+          (older, so out of the ascending order) -- the job that held the key when this call's insert
+          ran. Like any id, that job may finish at any moment after; it may even have finished by the
+          time the call returns, and then the key is free again (enqueue again for a new job).
+        - Items of one call sharing a key: the first creates (or finds) the job, a later one gets the
+          same id. A later one with ``on_conflict="raise"`` is refused before anything is sent
+          (:class:`DuplicateJob` naming both items, ``existing_id`` None).
+        - ``on_conflict="raise"`` on an item whose key is held: :class:`DuplicateJob` naming the first
+          such item, its key and the holder (``existing_id``), and nothing is enqueued -- the call's
+          insert is undone (a savepoint in the caller's transaction, which stays usable).
+        - A batch with any key is one INSERT, whatever its size (no COPY), plus, only if a holder
+          committed while the insert waited for it, one lookup; concurrent batches sharing keys wait
+          for each other (never deadlock) and create one job per key between them.
 
         Fewer than 1,000 jobs (``backend.postgres.backend.COPY_MIN_JOBS``) go in one INSERT statement;
         larger batches are streamed with COPY after one statement has reserved their ids (2-3 times
         the rows per second; not on a connection in pipeline mode or with a non-UTF-8 client
         encoding, which get the INSERT)."""
-        new = self._new_jobs(jobs)
+        new, keyed = self._new_jobs(jobs)
         if not new:
             return []
-        return self._ready().enqueue(new, conn)
+        if not keyed:
+            return self._ready().enqueue(new, conn)
+        batch = KeyedBatch(new, keyed)  # in-call duplicates with on_conflict="raise": refused before any I/O
+        return self._ready().enqueue_keyed(batch, conn)
 
-    def _new_jobs(self, jobs: Iterable[Any]) -> list[NewJob]:
-        """Check ``enqueue_many`` items: the jobs to insert, or InvalidJob naming the first bad item.
+    def _new_jobs(self, jobs: Iterable[Any]) -> tuple[list[NewJob], dict[int, tuple[str, str]]]:
+        """Check ``enqueue_many`` items: the jobs to insert and ``{item index: (unique_key,
+        on_conflict)}`` for the items with a key, or InvalidJob naming the first bad item.
 
         :meth:`_new_job` is the one definition of a valid job; this only avoids repeating its work.
         An item ``(task, args)`` or ``(task, args, {queue/priority/max_attempts})`` with a plain dict
@@ -420,6 +452,7 @@ class App:
         are reused, and :func:`_plain_args_json` encodes the args (deferring to serialise_args for
         anything unusual). Same jobs, same errors, 2-4 times less Python per item."""
         new: list[NewJob] = []
+        keyed: dict[int, tuple[str, str]] = {}
         append = new.append
         limit = self.max_args_bytes
         checked: dict[tuple[str, str | None, int | None, int | None], tuple[str, int, int]] = {}
@@ -447,18 +480,22 @@ class App:
             if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
                 raise InvalidJob(f"item {i}: expected (task, args) or (task, args, options), got {item!r}")
             options = dict(item[2]) if len(item) == 3 else {}
-            unknown = set(options) - {"queue", "priority", "run_at", "delay", "max_attempts"}
+            unknown = set(options) - _ITEM_OPTIONS
             if unknown:
                 raise InvalidJob(f"item {i}: unknown options {sorted(unknown)}")
             try:
                 job = self._new_job(item[0], item[1], options.get("queue"), options.get("priority"),
                                     options.get("run_at"), options.get("delay"), options.get("max_attempts"))
+                on_conflict = options.get("on_conflict", "return")
+                unique_key = _check_unique(options.get("unique_key"), on_conflict)
             except InvalidJob as exc:
                 raise InvalidJob(f"item {i}: {exc}") from None
             append(job)
+            if unique_key is not None:
+                keyed[i] = (unique_key, on_conflict)
             if key is not None:
                 checked[key] = (job.queue, job.priority, job.max_attempts)
-        return new
+        return new, keyed
 
     # ---- reading -----------------------------------------------------------------------------
 
@@ -599,20 +636,25 @@ class App:
 
     def periodic(self, cron: str, *, name: str | None = None, args: Mapping[str, Any] | None = None,
                  timezone: str = "UTC", missed: str = "skip", queue: str = "default", priority: int = 0,
-                 max_attempts: int = 5, retry: RetryPolicy | float | None = None, timeout: float | None = None
-                 ) -> Callable[[Callable[..., Any]], Task]:
+                 max_attempts: int = 5, retry: RetryPolicy | float | None = None, timeout: float | None = None,
+                 lease: str = "transaction", lease_seconds: float = 60.0) -> Callable[[Callable[..., Any]], Task]:
         """Register a task run on a cron schedule (standard 5-field syntax, in ``timezone``). Each tick
         is enqueued exactly once however many workers run schedulers (a unique row per schedule and
         tick). ``missed``: "skip" (default) ignores ticks that passed while no worker ran; "run_once"
-        enqueues one job for the latest missed tick when a scheduler starts."""
+        enqueues one job for the latest missed tick when a scheduler starts.
+
+        The task options are :meth:`task`'s, ``lease`` and ``lease_seconds`` included: a long periodic
+        job (a nightly export) should take ``lease="claimed"`` so it holds no transaction while it
+        runs. Every option is checked here, at decoration time."""
         from .maintenance.periodic import Schedule
 
         schedule_args = serialise_args(args, self.max_args_bytes)
         Schedule.create("check", cron, schedule_args, timezone, missed)  # clear errors at decoration time
+        register_task = self.task(name, queue=queue, priority=priority, max_attempts=max_attempts, retry=retry,
+                                  timeout=timeout, lease=lease, lease_seconds=lease_seconds)
 
         def register(fn: Callable[..., Any]) -> Task:
-            task = self.task(name, queue=queue, priority=priority, max_attempts=max_attempts, retry=retry,
-                             timeout=timeout)(fn)
+            task = register_task(fn)
             self.schedules[task.name] = Schedule.create(task.name, cron, schedule_args, timezone, missed)
             return task
 

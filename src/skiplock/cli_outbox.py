@@ -60,15 +60,18 @@ def _headers(values: tuple[str, ...]) -> dict[str, str]:
                    "transaction: hold the row locks while delivering (always for --enqueue).")
 @click.option("--lease-seconds", type=click.FloatRange(0.05, 86400), default=30.0, show_default=True,
               help="Claimed lease: how long a crashed relay's messages wait before redelivery.")
-@click.option("--poll-interval", type=click.FloatRange(0.01, 60), default=0.5, show_default=True)
+@click.option("--poll-interval", type=click.FloatRange(0.01, 60), default=0.5, show_default=True,
+              help="Seconds between claims when nothing is available (a put's NOTIFY wakes the relay sooner).")
+@click.option("--listen/--no-listen", default=True, show_default=True,
+              help="Wake on the NOTIFY every put sends (one more connection); polling goes on either way.")
 @click.option("--stop-when-empty", is_flag=True, help="Exit once no message is available.")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO", show_default=True)
 @click.pass_obj
 @handle_errors
 def relay(obj: Context, app_spec: str | None, webhook: str | None, enqueue_jobs: bool, task: str | None,
           sink_spec: str | None, headers: tuple[str, ...], timeout: float, topics: str | None, batch_size: int,
-          concurrency: int, lease: str | None, lease_seconds: float, poll_interval: float, stop_when_empty: bool,
-          log_level: str) -> None:
+          concurrency: int, lease: str | None, lease_seconds: float, poll_interval: float, listen: bool,
+          stop_when_empty: bool, log_level: str) -> None:
     """Relay outbox messages through a sink. SIGINT/SIGTERM: finish the batch in hand and exit 0."""
     from .outbox import EnqueueJobSink, HttpSink
 
@@ -93,7 +96,7 @@ def relay(obj: Context, app_spec: str | None, webhook: str | None, enqueue_jobs:
     else:
         sink = load_sink(sink_spec or "", app)
     r = app.relay(sink, topics=topic_list, batch_size=batch_size, concurrency=concurrency, lease=lease,
-                  lease_seconds=lease_seconds, poll_interval=poll_interval)
+                  lease_seconds=lease_seconds, poll_interval=poll_interval, listen=listen)
     log = logging.getLogger("skiplock.relay")
     log.info("relay %s delivering %s through %r (%s lease)", r.name, ", ".join(topic_list) if topic_list else "all topics",
              sink, r.lease)

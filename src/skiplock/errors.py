@@ -35,9 +35,11 @@ class JobNotFound(SkiplockError, LookupError):
 
 
 class DuplicateJob(SkiplockError):
-    """A queued or running job already holds this unique key (raised only with ``on_conflict="raise"``)."""
+    """A queued or running job already holds this unique key (raised only with ``on_conflict="raise"``).
+    ``existing_id`` is that job's id; None when the holder is an earlier item of the same
+    ``enqueue_many`` call (it was not inserted either)."""
 
-    def __init__(self, message: str, existing_id: int):
+    def __init__(self, message: str, existing_id: int | None):
         super().__init__(message)
         self.existing_id = existing_id
 

@@ -1,8 +1,8 @@
 """Handlers that misbehave: hang past their timeout, exhaust memory, raise BaseException.
 
 Each bad job runs next to ordinary jobs of both lease modes in a real worker process. Invariants: the
-bad job ends ``failed`` after its attempts (2) with its reason recorded (each attempt's, where the
-bug noted below does not interfere), none of its database-local writes committed; the worker process
+bad job ends ``failed`` after its attempts (2) with its reason recorded (each attempt's, even when an
+attempt's session is slow to exit), none of its database-local writes committed; the worker process
 survives and the ordinary jobs are each done exactly once; nothing is lost.
 """
 
@@ -78,32 +78,89 @@ def test_handler_hanging_past_its_timeout(fdsn, fdb, producer, workers, exec_dir
     assert codes == {procs[0].pid: 0}, codes
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "KNOWN GAP: after a timeout the worker ends its session with pg_terminate_backend(pid, 5000) and then "
-    "records the outcome from a fresh connection with FOR UPDATE SKIP LOCKED. If the backend takes longer "
-    "than 5 s to exit (here it is SIGSTOPped), the row is still locked, the record is skipped and the "
-    "attempt's timeout error is lost (the attempt itself is still counted). Fix: keep such errors in "
-    "job_attempts and fold them in at the next claim."))
-def test_timed_out_attempt_is_recorded_even_if_its_session_is_slow_to_exit(fdsn, fdb, producer, workers, exec_dir):
-    w = workers.start(fdsn, concurrency=1)
-    job_id = producer.enqueue("txn_hang")
-    wait_for(lambda: (job_id, 1, w.pid) in executions(exec_dir), 30, "attempt 1 to start", on_timeout=w.tail)
-    backend_pid = scalar(fdb, "SELECT backend_pid FROM skiplock.job_attempts WHERE job_id = %s", [job_id])
-    os.kill(backend_pid, signal.SIGSTOP)  # a backend slow to exit (a loaded server) holds the row lock longer
+def slot_sessions(fdb, w) -> int:
+    return scalar(fdb, "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s",
+                  [f"skiplock-worker {w.slot_pattern}"])
+
+
+def outlive_the_timeout(fdb, w, job_id: int, attempt: int, exec_dir) -> None:
+    """Attempt ``attempt`` of a hang job run by ``w`` (one slot): once its handler has started, SIGSTOP
+    the slot's backend (a backend slow to exit, as on a loaded server: a transaction lease's holds the
+    job's row lock longer than the worker's 5 s wait in pg_terminate_backend), until the worker has
+    timed the handler out, tried to record the outcome and its slot has reconnected; then let the
+    backend exit."""
+    wait_for(lambda: (job_id, attempt, w.pid) in executions(exec_dir), 30, f"attempt {attempt} to start",
+             on_timeout=w.tail)
+    wait_for(lambda: slot_sessions(fdb, w) == 1, 30, "the slot's earlier session to be gone", on_timeout=w.tail)
+    backend_pid = scalar(fdb, "SELECT pid FROM pg_stat_activity WHERE application_name LIKE %s",
+                         [f"skiplock-worker {w.slot_pattern}"])
+    os.kill(backend_pid, signal.SIGSTOP)
     try:
         # The worker times the handler out, terminates that session, records the outcome, and its slot
         # reconnects: a second lease session of the slot means the outcome write has been made.
-        wait_for(lambda: scalar(fdb, "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s",
-                                [f"skiplock-worker {w.slot_pattern}"]) >= 2, 30, "the slot to move on",
-                 on_timeout=w.tail)
+        wait_for(lambda: slot_sessions(fdb, w) >= 2, 30, "the slot to move on", on_timeout=w.tail)
     finally:
         os.kill(backend_pid, signal.SIGCONT)
+
+
+def attempts_and_reasons(errors: list[dict]) -> list[tuple[int, str]]:
+    return [(e["attempt"], e["error"].split(":")[0]) for e in errors]
+
+
+@pytest.mark.parametrize("task", ["txn_hang", "claimed_hang"])
+def test_timed_out_attempt_is_recorded_even_if_its_session_is_slow_to_exit(task, fdsn, fdb, producer, workers,
+                                                                           exec_dir):
+    """Transaction lease: the first attempt's record is skipped (its row is still locked by the stopped
+    backend); its timeout error is kept in job_attempts and recorded, before its own, by the second
+    attempt's failure record. Claimed lease: the stopped session holds no lock on the job's row (the
+    claim committed), so the fenced record is written at once."""
+    w = workers.start(fdsn, concurrency=1)
+    job_id = producer.enqueue(task)
+    outlive_the_timeout(fdb, w, job_id, 1, exec_dir)
     wait_for(lambda: scalar(fdb, "SELECT state FROM skiplock.jobs WHERE id = %s", [job_id]) == "failed", 30,
              "the job to fail", on_timeout=w.tail)
     workers.stop_all([w], fdb)
-    errors = job_errors(fdb, job_id)[2]
-    assert [(e["attempt"], e["error"].split(":")[0]) for e in errors] == [(1, "JobTimeout"), (2, "JobTimeout")], \
+    state, last_error, errors = job_errors(fdb, job_id)
+    assert attempts_and_reasons(errors) == [(1, "JobTimeout"), (2, "JobTimeout")], \
         [(e["attempt"], e["error"][:120]) for e in errors]
+    assert last_error.startswith("JobTimeout"), last_error[:200]
+    v = verdict(fdb, [job_id], exec_dir)
+    assert v.problems() == [] and v.states == {"failed": 1}, (v.problems(), v.states)
+
+
+@pytest.mark.parametrize("second", ["slow to exit too", "worker SIGKILLed"])
+def test_unrecorded_timeout_error_survives_a_second_attempt_whose_session_dies(second, fdsn, fdb, producer, workers,
+                                                                                exec_dir):
+    """The kept error of attempt 1 leaves job_attempts only with a finishing write that commits. Attempt 2's
+    session dies as well, before any write of it commits: its row is still locked when its timeout is
+    recorded (then it was the last attempt: the job fails with that timeout, recorded once), or its
+    worker is SIGKILLed mid-handler (the next claim finds every attempt used up: 'gave up'). Either way
+    attempt 1's timeout is in the job's errors at the end."""
+    w = workers.start(fdsn, concurrency=1)
+    procs = [w]
+    job_id = producer.enqueue("txn_hang")
+    outlive_the_timeout(fdb, w, job_id, 1, exec_dir)
+    if second == "slow to exit too":
+        outlive_the_timeout(fdb, w, job_id, 2, exec_dir)
+        expected = [(1, "JobTimeout"), (2, "JobTimeout")]
+    else:
+        # well inside the handler's 1 s timeout: nothing of attempt 2 is written, its transaction dies
+        wait_for(lambda: (job_id, 2, w.pid) in executions(exec_dir), 30, "attempt 2 to start", on_timeout=w.tail)
+        w.signal(signal.SIGKILL)
+        assert w.wait() == -signal.SIGKILL
+        kept = scalar(fdb, "SELECT pending_errors FROM skiplock.job_attempts WHERE job_id = %s", [job_id])
+        assert attempts_and_reasons(kept) == [(1, "JobTimeout")], kept
+        procs.append(workers.start(fdsn, concurrency=1))
+        expected = [(1, "JobTimeout"), (2, "gave up")]
+    wait_for(lambda: scalar(fdb, "SELECT state FROM skiplock.jobs WHERE id = %s", [job_id]) == "failed", 30,
+             "the job to fail", on_timeout=procs[-1].tail)
+    workers.stop_all(procs[-1:], fdb)
+    state, last_error, errors = job_errors(fdb, job_id)
+    assert attempts_and_reasons(errors) == expected, [(e["attempt"], e["error"][:120]) for e in errors]
+    assert last_error.split(":")[0] == expected[-1][1], last_error[:200]
+    assert [r for r in executions(exec_dir) if r[0] == job_id and r[1] > 2] == []  # never a third run
+    v = verdict(fdb, [job_id], exec_dir)
+    assert v.problems() == [] and v.states == {"failed": 1}, (v.problems(), v.states)
 
 
 def start_capped(workers, fdsn: str, fdb) -> tuple[object, int]:

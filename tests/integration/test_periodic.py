@@ -112,3 +112,38 @@ def test_a_worker_runs_the_scheduler_and_the_periodic_job(dsn, db):
         thread.join(30)
     assert db.execute("SELECT result FROM skiplock.jobs WHERE task = 'every_minute'").fetchone()[0] == "ran"
     app.close()
+
+
+def test_a_periodic_task_declared_with_the_claimed_lease_runs_as_a_claimed_lease_job(dsn, db):
+    app = skiplock.App(dsn)
+    seen = {}
+
+    @app.periodic("*/5 * * * *", name="export", missed="run_once", lease="claimed", lease_seconds=30)
+    def export(job):
+        # another session sees the claim committed: running, owned, leased -- no transaction held
+        seen["row"] = db.execute("SELECT state, owner IS NOT NULL, lease_expires_at > now() FROM skiplock.jobs "
+                                 "WHERE id = %s", [job.id]).fetchone()
+        return "exported"
+
+    assert (app.tasks["export"].lease, app.tasks["export"].lease_seconds) == ("claimed", 30.0)
+    db.execute("INSERT INTO skiplock.periodic_ticks (schedule, tick) VALUES ('export', %s)", [T0 - timedelta(hours=1)])
+    scheduler = Scheduler(app)
+    scheduler.catch_up(T0)  # run_once: the 12:00 tick, missed
+    [(_, tick, job_id)] = scheduler.enqueued
+    assert tick == datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+    stats = app.worker(concurrency=1, handle_signals=False, maintenance=False).run(stop_when_empty=True)
+    assert stats.done == 1 and seen["row"] == ("running", True, True)
+    job = app.get_job(job_id)
+    assert (job.state, job.result, job.lease_expires_at) == ("done", "exported", None)
+    app.close()
+
+
+def test_periodic_task_options_are_checked_at_decoration_time():
+    import pytest
+
+    app = skiplock.App("dbname=unused")  # nothing connects
+    for options, message in [({"lease": "forever"}, "lease must be"), ({"lease_seconds": 0.5}, "lease_seconds must be"),
+                             ({"timeout": -1}, "timeout must be")]:
+        with pytest.raises(skiplock.ConfigurationError, match=message):
+            app.periodic("* * * * *", name="x", **options)
+    assert app.tasks == {} and app.schedules == {}

@@ -93,6 +93,9 @@ class Receiver:
 
         class Server(ThreadingHTTPServer):
             daemon_threads = True
+            # not socketserver's 5: a relay opening its connections at once would overflow it, and a
+            # dropped SYN waits a full second for its retransmit
+            request_queue_size = 128
 
             def handle_error(self, request: Any, client_address: Any) -> None:
                 pass  # a client that died or timed out mid-request (the tests make them on purpose)

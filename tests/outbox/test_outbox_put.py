@@ -3,6 +3,7 @@ idempotency keys are stable and unique; per-key writers serialise so id order is
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -153,3 +154,45 @@ def test_prune_deletes_old_sent_messages_only(app, db):
     db.execute("UPDATE skiplock.outbox SET state = 'failed', finished_at = now() - interval '2 hours' WHERE id = %s", [b.id])
     assert app.outbox.prune(3600) == 1
     assert sorted(m.id for m in app.outbox.list_messages()) == [b.id, c.id]
+
+
+# ---- asyncio: put on the caller's AsyncConnection ------------------------------------------------
+
+def test_put_async_on_an_async_connection_commits_or_rolls_back_with_the_caller(app, dsn, db):
+    async def main() -> list:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            kept = await app.outbox.put_async("order.created", {"order": 1}, key="customer-7", conn=conn,
+                                              idempotency_key="order-1-created")
+            more = await app.outbox.put_many_async([("order.paid", {"order": 1}, "customer-7"),
+                                                    {"topic": "order.shipped", "payload": [1, 2]}], conn=conn)
+            assert count(db) == 0, "visible before the caller's transaction committed"
+            await conn.commit()
+            await app.outbox.put_async("order.created", {"order": 2}, conn=conn)
+            await conn.rollback()  # never published
+            # A second put of a stored idempotency key stores nothing and returns the stored message.
+            again = await app.outbox.put_async("order.created", {"order": 1}, conn=conn, idempotency_key="order-1-created")
+            await conn.commit()
+            assert again == kept
+            with pytest.raises(InvalidMessage):
+                await app.outbox.put_async("", {}, conn=conn)
+            assert await app.outbox.put_many_async([], conn=conn) == []
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as auto:
+            alone = await app.outbox.put_async("t", {"autocommit": True}, key="k", conn=auto)  # its own transaction
+        without = await app.outbox.put_async("t", {"no": "conn"})  # skiplock's own connection, in a thread
+        return [kept, *more, alone, without]
+
+    refs = asyncio.run(main())
+    assert [(m.topic, m.key, m.payload) for m in (app.outbox.get(r.id) for r in refs)] == [
+        ("order.created", "customer-7", {"order": 1}), ("order.paid", "customer-7", {"order": 1}),
+        ("order.shipped", None, [1, 2]), ("t", "k", {"autocommit": True}), ("t", None, {"no": "conn"})]
+    assert count(db) == 5
+    assert refs[0].idempotency_key == "order-1-created"
+
+
+def test_the_sync_put_refuses_an_async_connection(app, dsn):
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            with pytest.raises(TypeError, match="put_async"):
+                app.outbox.put("t", {}, conn=conn)
+
+    asyncio.run(main())

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 import threading
+from datetime import datetime, timedelta, timezone
+from email.utils import format_datetime
 
 import psycopg
 import pytest
@@ -15,6 +17,7 @@ import skiplock
 from skiplock.backend.outbox_base import Finish
 from skiplock.errors import ConfigurationError
 from skiplock.outbox import EnqueueJobSink, HttpSink
+from skiplock.outbox.sinks import parse_retry_after
 from skiplock.outbox.policy import DEFAULT_RETRY
 from skiplock.retry import Constant
 
@@ -160,15 +163,55 @@ def test_max_attempts_ends_failed_with_the_last_error_then_redrive_all(app, db, 
     assert all_sent(db, 3) and receiver.effect_count() == 3
 
 
+def _wait_of(db, message_id: int) -> float:
+    return db.execute("SELECT extract(epoch FROM available_at - now()) FROM skiplock.outbox WHERE id = %s",
+                      [message_id]).fetchone()[0]
+
+
 def test_retry_after_header_sets_the_least_delay(app, db, receiver, sink):
     receiver.script = lambda r: Action(status=429, headers={"Retry-After": "120"})
     ref = app.outbox.put("t", {})
     app.relay(sink, retry=FAST_RETRY).run(stop_when_empty=True)
     r = row(db, ref.id)
     assert r["state"] == "pending" and "HTTP 429" in r["last_error"]
-    wait = db.execute("SELECT extract(epoch FROM available_at - now()) FROM skiplock.outbox WHERE id = %s",
-                      [ref.id]).fetchone()[0]
-    assert 100 < wait <= 121
+    assert 100 < _wait_of(db, ref.id) <= 121
+
+
+def test_retry_after_as_an_http_date_sets_the_least_delay_within_the_sinks_bound(app, db, receiver):
+    in_two_minutes = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=120), usegmt=True)
+    next_year = format_datetime(datetime.now(timezone.utc) + timedelta(days=365), usegmt=True)
+    answers = {"soon": in_two_minutes, "far": next_year, "past": "Sun, 06 Nov 1994 08:49:37 GMT", "junk": "tomorrow"}
+    receiver.script = lambda r: (Action(status=503, headers={"Retry-After": answers[r.payload["case"]]})
+                                 if r.attempt == 1 else Action())
+    refs = {case: app.outbox.put("t", {"case": case}) for case in answers}
+    sink = HttpSink(receiver.url, timeout=60, max_retry_after=600)
+    relay = app.relay(sink, retry=FAST_RETRY, poll_interval=0.02).start()
+    try:
+        wait_for(lambda: all(row(db, refs[c].id)["state"] == "sent" for c in ("past", "junk")), 10,
+                 "a past or unreadable date to leave the delay to the policy (50 ms)")
+    finally:
+        relay.stop()
+        sink.close()
+    soon, far = row(db, refs["soon"].id), row(db, refs["far"].id)
+    assert soon["state"] == far["state"] == "pending" and "HTTP 503" in soon["last_error"]
+    assert 100 < _wait_of(db, refs["soon"].id) <= 121  # whole seconds: the date's precision
+    assert 590 < _wait_of(db, refs["far"].id) <= 600  # a year away: clamped to max_retry_after
+
+
+def test_parse_retry_after_reads_seconds_and_all_three_http_date_forms():
+    now = datetime(2026, 12, 1, 12, 0, 0, tzinfo=timezone.utc)
+    assert parse_retry_after(None, now, 86400) is None
+    assert parse_retry_after("120", now, 86400) == 120
+    assert parse_retry_after(" 7 ", now, 86400) == 7
+    assert parse_retry_after("Tue, 01 Dec 2026 12:02:00 GMT", now, 86400) == 120  # IMF-fixdate
+    assert parse_retry_after("Tuesday, 01-Dec-26 12:00:30 GMT", now, 86400) == 30  # obsolete RFC 850
+    assert parse_retry_after("Tue Dec  1 12:00:05 2026", now, 86400) == 5  # obsolete asctime
+    assert parse_retry_after("Tue, 01 Dec 2026 11:00:00 GMT", now, 86400) == 0  # past: no extra wait
+    assert parse_retry_after("Wed, 01 Dec 2027 12:00:00 GMT", now, 86400) == 86400  # clamped
+    assert parse_retry_after("100000", now, 86400) == 86400
+    assert parse_retry_after("-5", now, 86400) == 0
+    for junk in ("", "soon", "nan", "inf", "Tue, 99 Foo 2026 12:00:00 GMT"):
+        assert parse_retry_after(junk, now, 86400) is None, junk
 
 
 def test_per_key_ordering_delivers_one_at_a_time_in_commit_order(app, dsn, db, receiver):

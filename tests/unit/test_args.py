@@ -98,9 +98,9 @@ def test_many_jobs_are_checked_exactly_as_one_by_one():
     items = [item for item in items if len(json.dumps(item[1], ensure_ascii=False).encode()) <= 100] * 3
     expected = [app._new_job(t, a, *((o or {}).get(k) for k in ("queue", "priority", "run_at", "delay", "max_attempts")))
                 for t, a, *rest in items for o in [rest[0] if rest else None]]
-    assert app._new_jobs(items) == expected
-    assert app._new_jobs([["mail", {"a": 1}], ("mail", None)]) == [app._new_job("mail", x, None, None, None, None, None)
-                                                                  for x in ({"a": 1}, None)]
+    assert app._new_jobs(items) == (expected, {})
+    assert app._new_jobs([["mail", {"a": 1}], ("mail", None)]) == ([app._new_job("mail", x, None, None, None, None, None)
+                                                                   for x in ({"a": 1}, None)], {})
 
 
 @pytest.mark.parametrize(
@@ -121,6 +121,12 @@ def test_many_jobs_are_checked_exactly_as_one_by_one():
         (("ma\x00il", {}), "task names cannot contain NUL"),
         (("", {}), "task must be a non-empty string"),
         (("mail",), "expected \\(task, args\\)"),
+        (("mail", {}, {"unique_key": ""}), "unique_key must be a non-empty string"),
+        (("mail", {}, {"unique_key": 42}), "unique_key must be a non-empty string"),
+        (("mail", {}, {"unique_key": "a\x00b"}), "unique_key must be .* without NUL"),
+        (("mail", {}, {"unique_key": "k" * 1001}), "at most 1000 characters"),
+        (("mail", {}, {"unique_key": "k", "on_conflict": "ignore"}), "on_conflict must be 'return' or 'raise'"),
+        (("mail", {}, {"on_conflict": None}), "on_conflict must be 'return' or 'raise'"),
     ],
 )
 def test_a_bad_item_after_good_ones_is_named_by_its_index(bad, message):
@@ -129,3 +135,67 @@ def test_a_bad_item_after_good_ones_is_named_by_its_index(bad, message):
     good = [("mail", {"a": 1}), ("mail", {}, {"priority": 1}), ("mail", {}, {"max_attempts": 1}), ("mail", {})]
     with pytest.raises(InvalidJob, match=f"^item 4: .*{message}"):
         app._new_jobs(good + [bad] + good)
+
+
+# ---- unique keys in enqueue_many: checked per item, and the batch's bookkeeping (no database) ---------
+
+from skiplock.backend.postgres.backend import HolderGone, KeyedBatch, PostgresBackend  # noqa: E402
+from skiplock.errors import DuplicateJob  # noqa: E402
+
+
+def test_unique_options_are_collected_by_item_index_and_do_not_change_the_jobs():
+    app = _app()
+    items = [("mail", {"a": 1}), ("mail", {"a": 2}, {"unique_key": "k1"}), ("mail", {"a": 3}, {"priority": 1}),
+             ("mail", {"a": 4}, {"unique_key": "k2", "on_conflict": "raise", "queue": "q"}),
+             ("mail", {"a": 5}, {"on_conflict": "raise"})]  # on_conflict without a key: checked, no effect
+    jobs, keyed = app._new_jobs(items)
+    assert keyed == {1: ("k1", "return"), 3: ("k2", "raise")}
+    plain = [(t, a, {k: v for k, v in (o[0] if o else {}).items() if k not in ("unique_key", "on_conflict")})
+             for t, a, *o in items]
+    assert jobs == app._new_jobs(plain)[0]
+
+
+def _batch(keys: list, on_conflict: dict | None = None) -> KeyedBatch:
+    app = _app()
+    jobs, keyed = app._new_jobs([("mail", {"i": i}, {} if k is None else
+                                  {"unique_key": k, "on_conflict": (on_conflict or {}).get(i, "return")})
+                                 for i, k in enumerate(keys)])
+    return KeyedBatch(jobs, keyed)
+
+
+BACKEND = PostgresBackend("dbname=unused")  # nothing connects
+
+
+def test_a_key_is_sent_once_and_later_items_get_the_first_ones_id():
+    batch = _batch(["a", None, "a", "b", "a"])
+    assert batch.sent == [0, 1, 3]
+    _, params = batch.insert(BACKEND)
+    assert params["unique_keys"] == ["a", None, "b"] and [a for a in params["args"]] == ['{"i":0}', '{"i":1}', '{"i":3}']
+    assert batch.inserted(BACKEND, [(True, 10), (True, 11), (False, 5)]) is None
+    assert batch.ids() == [10, 11, 10, 5, 10]
+
+
+def test_a_later_duplicate_with_raise_is_refused_before_anything_is_sent():
+    with pytest.raises(DuplicateJob, match="item 2: unique_key 'a' is also item 0's") as info:
+        _batch(["a", "b", "a"], {2: "raise"})
+    assert info.value.existing_id is None
+    assert _batch(["a", "a"], {0: "raise"}).same_as == {1: 0}  # the first may raise: it is the one sent
+
+
+def test_holders_missing_from_the_snapshot_are_looked_up_then_retried_if_gone():
+    batch = _batch(["a", "b", "c"])
+    query, params = batch.inserted(BACKEND, [(True, 10), (False, None), (False, None)])
+    assert query == BACKEND.q["unique_key_holders"] and params == {"unique_keys": ["b", "c"]}
+    batch.looked_up([("b", 3)])
+    with pytest.raises(HolderGone):  # c's holder finished before we could read it: undo, again
+        batch.ids()
+    batch.inserted(BACKEND, [(True, 12), (False, 3), (True, 13)])  # the next attempt
+    assert batch.ids() == [12, 3, 13]
+
+
+def test_the_first_raise_item_that_met_a_holder_is_refused_naming_it():
+    batch = _batch(["a", "b", "c", "d"], {1: "raise", 3: "raise"})
+    batch.inserted(BACKEND, [(False, 7), (True, 20), (False, 8), (False, 9)])
+    with pytest.raises(DuplicateJob, match="item 3: job 9 already holds unique_key 'd'") as info:
+        batch.ids()
+    assert info.value.existing_id == 9

@@ -68,8 +68,15 @@ class Finish:
 
 
 class OutboxStore(Protocol):
-    # producing (on the caller's connection when given: the message commits with the caller)
-    def put(self, messages: Sequence[NewMessage], conn: Any = None) -> list[tuple[int, str]]: ...
+    # producing (on the caller's connection when given: the message commits with the caller);
+    # ``wake``: also notify listening relays when that transaction commits
+    wake_payload: str
+    def put(self, messages: Sequence[NewMessage], conn: Any = None, *, wake: bool = True) -> list[tuple[int, str]]: ...
+    async def put_async(self, messages: Sequence[NewMessage], conn: Any, *,
+                        wake: bool = True) -> list[tuple[int, str]]: ...
+
+    # wake-ups: a connection that receives the put notifications (payload ``wake_payload``)
+    def connect_listener(self) -> Any: ...
 
     # claimed lease: short transactions; delivery happens between them
     def claim_lease(self, owner: str, topics: Sequence[str] | None, limit: int,

@@ -110,6 +110,9 @@ class Scheduler(Service):
         return ids
 
     def _enqueue(self, s: Schedule, tick: datetime) -> int | None:
+        # The job is an ordinary job of the schedule's task: its queue, priority and attempts come from
+        # the task, and so does its lease (``App.periodic(lease="claimed")``), applied by the worker
+        # that runs it.
         task = self.app.tasks[s.name]
         job = NewJob(s.name, s.args_json, task.queue, task.priority, task.max_attempts, None)
         job_id = self.app.backend.enqueue_tick(s.name, tick, job)

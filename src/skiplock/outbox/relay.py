@@ -25,6 +25,14 @@ Two lease modes (see docs/outbox.md for the trade-off in full):
 
 In the normal case (no crash, no stall past the lease) no message is delivered twice, with any
 number of relays running: each claim skips the rows other relays hold.
+
+Wake-ups: every ``put`` sends one NOTIFY (channel ``skiplock``, payload ``outbox:<schema>``) when
+its transaction commits. A running relay LISTENs on a dedicated connection (the worker's
+:class:`~skiplock.worker.listener.Listener`) and claims at once when one arrives, instead of at its
+next poll. The notification is a hint, never the source of truth: the relay still polls every
+``poll_interval``, claims once after every (re)connect of the listener (anything put while it was not
+listening is found then), and a dead listener connection is detected by TCP keepalives and
+reconnected with backoff.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ import psycopg
 from ..backend.outbox_base import Finish, Message, OutboxStore
 from ..errors import ConfigurationError, DatabaseUnavailable
 from ..retry import RetryPolicy, as_policy
+from ..worker.listener import Listener
 from .policy import DEFAULT_RETRY, decide
 from .sinks import check_sink, is_transactional
 
@@ -91,14 +100,15 @@ class Relay:
     (deliveries in flight at once, for sinks without ``deliver_batch``), ``lease`` ("claimed" or
     "transaction"; default: "transaction" for transactional sinks, else "claimed"),
     ``lease_seconds`` (claimed lease length; extended while a batch is in hand), ``poll_interval``
-    (wait when nothing is available), ``retry`` (backoff policy, a skiplock.retry policy or a number
-    of seconds; default exponential 1 s .. 10 min with jitter).
+    (wait when nothing is available, unless a put's NOTIFY wakes it first), ``listen`` (wake on
+    those notifications; one more connection per running relay), ``retry`` (backoff policy, a
+    skiplock.retry policy or a number of seconds; default exponential 1 s .. 10 min with jitter).
     """
 
     def __init__(self, app: "App", sink: Any, *, topics: Sequence[str] | None = None, batch_size: int = 100,
                  concurrency: int = 16, lease: str | None = None, lease_seconds: float = 30.0,
                  poll_interval: float = 0.5, retry: RetryPolicy | float | None = None, name: str | None = None,
-                 handle_signals: bool = True, max_reconnect_delay: float = 30.0):
+                 handle_signals: bool = True, max_reconnect_delay: float = 30.0, listen: bool = True):
         self.app = app
         self.sink = check_sink(sink)
         self.transactional = is_transactional(sink)
@@ -122,10 +132,13 @@ class Relay:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:relay{next(_names)}"
         self.handle_signals = handle_signals
         self.max_reconnect_delay = max_reconnect_delay
+        self.listen = listen
+        self.listener: Listener | None = None  # the last run()'s, with listen (tests read its counters)
         self.stats = RelayStats()
         self.started = threading.Event()
         self.idle = threading.Event()  # set while the last claim found nothing (tests wait on it)
         self._stopping = threading.Event()
+        self._wakeup = threading.Event()  # ends an idle wait early: a NOTIFY, a listener reconnect, stop()
         self._signals = 0
         self._thread: threading.Thread | None = None
         self._pool: cf.ThreadPoolExecutor | None = None
@@ -157,6 +170,7 @@ class Relay:
     def stop(self, timeout: float | None = 30.0) -> None:
         """Claim no more; the batch in hand is finished. Waits for a started thread to end."""
         self._stopping.set()
+        self._wakeup.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
@@ -178,10 +192,16 @@ class Relay:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 previous[sig] = signal.signal(sig, self._on_signal)
         self._pool = cf.ThreadPoolExecutor(self.concurrency, thread_name_prefix="skiplock-deliver")
+        listener_stop = threading.Event()
+        if self.listen and not stop_when_empty:
+            store = self.store
+            self.listener = Listener(store.connect_listener, store.wake_payload, self._wake, listener_stop,
+                                     self.max_reconnect_delay).start()
         self.started.set()
         delay = 0.0
         try:
             while not self._stopping.is_set():
+                self._wakeup.clear()  # a notification from here on ends the idle wait below at once
                 try:
                     n = self.run_once()
                     delay = 0.0
@@ -199,14 +219,21 @@ class Relay:
                 self.idle.set()
                 if stop_when_empty:
                     break
-                self._stopping.wait(self.poll_interval)
+                self._wakeup.wait(self.poll_interval)
         finally:
+            listener_stop.set()
+            if self.listener is not None:
+                self.listener.stop()
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
             self._close_tx_conn()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return self.stats
+
+    def _wake(self, everyone: bool) -> None:
+        """The listener's callback: a put committed (or the listener reconnected); claim now."""
+        self._wakeup.set()
 
     def _close_tx_conn(self) -> None:
         if self._tx_conn is not None:

@@ -21,7 +21,10 @@ does not change. Optional ``close()`` is called when the relay stops.
 
 from __future__ import annotations
 
+import email.utils
 import json
+import math
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Protocol, Sequence, runtime_checkable
 from urllib.parse import quote, urlsplit
 
@@ -72,15 +75,31 @@ def _header_value(text: str) -> str:
     return quote(text, safe=_HEADER_SAFE)
 
 
-def _retry_after(response: "httpx.Response") -> float | None:
-    value = response.headers.get("retry-after")
+def _http_date(value: str) -> datetime | None:
+    try:
+        when = email.utils.parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)  # "-0000": UTC
+
+
+def parse_retry_after(value: str | None, now: datetime, limit: float) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (RFC 9110 10.2.3): delay-seconds or an HTTP-date
+    (``Wed, 21 Oct 2026 07:28:00 GMT``; the obsolete RFC 850 and asctime forms too), measured from
+    ``now`` and clamped to [0, ``limit``]: a date already past asks for no extra wait, one further than
+    ``limit`` waits ``limit``. None if absent or unparseable (the retry policy alone decides)."""
     if value is None:
         return None
     try:
         seconds = float(value)
     except ValueError:
-        return None  # an HTTP date: leave the delay to the retry policy
-    return seconds if 0 <= seconds <= 86400 else None
+        when = _http_date(value)
+        if when is None:
+            return None
+        seconds = (when - now).total_seconds()
+    if not math.isfinite(seconds):
+        return None
+    return min(max(0.0, seconds), limit)
 
 
 class HttpSink:
@@ -91,10 +110,10 @@ class HttpSink:
     ordering key; topic and key are percent-encoded where a header cannot carry them as they are),
     ``Skiplock-Message-Id``, ``Skiplock-Attempt`` and your ``headers``.
 
-    Outcomes: 2xx delivered; 408, 425, 429 and 5xx retryable (a ``Retry-After`` in seconds is the
-    least delay before the next attempt); any other 4xx permanent (the message ends ``failed`` at
-    once); 3xx permanent (redirects are not followed: configure the final URL); a timeout or a
-    connection error retryable. ``timeout`` bounds connecting, each read and each write, so a
+    Outcomes: 2xx delivered; 408, 425, 429 and 5xx retryable (a ``Retry-After``, in seconds or as an
+    HTTP-date, is the least delay before the next attempt, clamped to ``max_retry_after`` seconds);
+    any other 4xx permanent (the message ends ``failed`` at once); 3xx permanent (redirects are not
+    followed: configure the final URL); a timeout or a connection error retryable. ``timeout`` bounds connecting, each read and each write, so a
     receiver that hangs costs at most that before the attempt counts as failed.
 
     ``url`` may be a function of the message (route by topic). The underlying ``httpx.Client`` is
@@ -105,7 +124,7 @@ class HttpSink:
 
     def __init__(self, url: str | Callable[[Message], str], *, timeout: float = 10.0,
                  headers: Mapping[str, str] | None = None, client: "httpx.Client | None" = None,
-                 max_connections: int = 64):
+                 max_connections: int = 64, max_retry_after: float = 86400.0):
         import httpx
 
         if isinstance(url, str):
@@ -116,6 +135,10 @@ class HttpSink:
             raise ConfigurationError(f"url must be a string or a function of the message, got {url!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
             raise ConfigurationError(f"timeout must be a number of seconds in (0, 3600], got {timeout!r}")
+        if (isinstance(max_retry_after, bool) or not isinstance(max_retry_after, (int, float))
+                or not 0 <= max_retry_after <= 365 * 86400):
+            raise ConfigurationError(f"max_retry_after must be a number of seconds in [0, 31536000], got {max_retry_after!r}")
+        self.max_retry_after = float(max_retry_after)
         self.url = url
         self.timeout = float(timeout)
         self.headers = dict(headers or {})
@@ -154,7 +177,11 @@ class HttpSink:
         if snippet:
             detail += f": {snippet}"
         if status >= 500 or status in (408, 425, 429):
-            raise RetryableDeliveryError(detail, retry_after=_retry_after(response))
+            # A date is measured from the response's own Date when it has one: the receiver's clock
+            # set both, so a skew between its clock and ours does not shift the wait.
+            now = _http_date(response.headers.get("date") or "") or datetime.now(timezone.utc)
+            retry_after = parse_retry_after(response.headers.get("retry-after"), now, self.max_retry_after)
+            raise RetryableDeliveryError(detail, retry_after=retry_after)
         raise PermanentDeliveryError(detail)
 
     def close(self) -> None:

@@ -5,10 +5,14 @@ Also the operator's reads and actions on stored messages (get, list, counts, red
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import math
 import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Sequence
+
+import psycopg
 
 from ..app import to_json
 from ..backend.outbox_base import MessageRecord, NewMessage, OutboxStore
@@ -58,11 +62,19 @@ class Outbox:
     ``put(topic, payload, key=None, conn=caller_conn)`` inserts in the caller's transaction: the
     message is published if and only if that transaction commits. Without ``conn`` it is stored at
     once on a pooled connection. A relay (``app.relay(sink)`` / ``skiplock relay``) delivers it.
+    ``await put_async(..., conn=async_conn)`` does the same on a ``psycopg.AsyncConnection``.
+
+    Every put also sends one NOTIFY (channel ``skiplock``, payload ``outbox:<schema>``), delivered
+    when the transaction commits, so idle relays wake at once instead of at their next poll. Set
+    ``notify = False`` to send none (relays then find messages by polling): a committing
+    transaction that has notified takes a cluster-wide lock for its commit, so producers that
+    commit many small transactions at once serialise there.
     """
 
-    def __init__(self, app: "App", *, default_max_attempts: int = DEFAULT_MAX_ATTEMPTS):
+    def __init__(self, app: "App", *, default_max_attempts: int = DEFAULT_MAX_ATTEMPTS, notify: bool = True):
         self.app = app
         self.default_max_attempts = default_max_attempts
+        self.notify = notify
         self._store: OutboxStore | None = None
         self._backend: Any = None
 
@@ -110,13 +122,43 @@ class Outbox:
         Invalid input raises :class:`InvalidMessage` before any SQL runs.
         """
         message = self._new(topic, payload, key, idempotency_key, max_attempts)
-        mid, ikey = self.store.put([message], conn)[0]
-        return MessageRef(mid, ikey)
+        return self._put([message], conn)[0]
 
     def put_many(self, messages: Iterable[Mapping[str, Any] | Sequence[Any]], *, conn: Any = None) -> list[MessageRef]:
         """Store many messages in one statement; refs in input order. Each item is ``(topic, payload)``,
         ``(topic, payload, key)`` or a mapping with ``topic``, ``payload`` and optionally ``key``,
         ``idempotency_key``, ``max_attempts``."""
+        return self._put(self._new_many(messages), conn)
+
+    async def put_async(self, topic: str, payload: Any, key: str | None = None, *, conn: Any = None,
+                        idempotency_key: str | None = None, max_attempts: int | None = None) -> MessageRef:
+        """:meth:`put` for asyncio. On a ``psycopg.AsyncConnection`` the same statements run on that
+        connection, in its current transaction: the message exists only if the caller commits.
+        Without ``conn`` (or with a sync connection) :meth:`put` runs in a thread."""
+        message = self._new(topic, payload, key, idempotency_key, max_attempts)
+        return (await self._put_async([message], conn))[0]
+
+    async def put_many_async(self, messages: Iterable[Mapping[str, Any] | Sequence[Any]], *,
+                             conn: Any = None) -> list[MessageRef]:
+        """:meth:`put_many` for asyncio, on a ``psycopg.AsyncConnection`` as :meth:`put_async`."""
+        return await self._put_async(self._new_many(messages), conn)
+
+    def _put(self, new: list[NewMessage], conn: Any) -> list[MessageRef]:
+        if not new:
+            return []
+        if isinstance(conn, psycopg.AsyncConnection):
+            raise TypeError("an AsyncConnection needs `await outbox.put_async(...)` / `put_many_async`")
+        return [MessageRef(mid, ikey) for mid, ikey in self.store.put(new, conn, wake=self.notify)]
+
+    async def _put_async(self, new: list[NewMessage], conn: Any) -> list[MessageRef]:
+        if not isinstance(conn, psycopg.AsyncConnection):
+            return await asyncio.to_thread(functools.partial(self._put, new, conn))
+        if not new:
+            return []
+        store = await asyncio.to_thread(lambda: self.store)  # the first use checks the schema
+        return [MessageRef(mid, ikey) for mid, ikey in await store.put_async(new, conn, wake=self.notify)]
+
+    def _new_many(self, messages: Iterable[Mapping[str, Any] | Sequence[Any]]) -> list[NewMessage]:
         new: list[NewMessage] = []
         for i, item in enumerate(messages):
             try:
@@ -133,9 +175,7 @@ class Outbox:
                     raise InvalidMessage(f"expected (topic, payload), (topic, payload, key) or a mapping, got {item!r}")
             except InvalidMessage as exc:
                 raise InvalidMessage(f"message {i}: {exc}") from None
-        if not new:
-            return []
-        return [MessageRef(mid, ikey) for mid, ikey in self.store.put(new, conn)]
+        return new
 
     # ---- reading -------------------------------------------------------------------------------
 

@@ -9,7 +9,9 @@ Guarantees (transaction lease):
   claim the job between the rollback and the record of why it did not finish.
 - If the connection itself is gone (killed backend, timeout, network), the server has rolled the
   whole attempt back; the outcome is then written in a fresh transaction that never waits on a row
-  lock (see ``record_outcome`` in queries.sql).
+  lock (see ``record_outcome`` in queries.sql). If the row is still locked (the dead session has not
+  exited yet, or another worker claimed the job again), the error is kept in job_attempts, outside
+  every lease, and the job's next finishing write that commits records it.
 - Every attempt is counted on a separate autocommit connection before the handler starts, so a
   handler that kills its worker process still uses up an attempt and ends ``failed``.
 - A task ``timeout`` is enforced twice: PostgreSQL ends the job's transaction (statement, idle and
@@ -252,15 +254,19 @@ class Executor:
         started_at = claimed.claimed_at  # the database's clock, like finished_at
         backend = self.backend
 
-        def start(c: psycopg.Connection[Any]) -> tuple[int, str | None]:
+        def start(c: psycopg.Connection[Any]) -> tuple[int, str | None, str | None]:
             if batch is not None:
                 backend.forget_dead_batches(c, claimed.id, batch)
             return backend.start_attempt(c, claimed, slot, conn.info.backend_pid)
 
-        attempt, cancel_reason = self._bookkeeping(start)
+        attempt, cancel_reason, unrecorded = self._bookkeeping(start)
         if cancel_reason is not None:
             return self._write(conn, claimed, attempt - 1, Cancelled(cancel_reason), started_at, slot, False)
         if attempt > claimed.max_attempts:
+            if unrecorded is not None:
+                # The last attempt did finish, with this error, but its outcome could not be written (its
+                # row was still locked): it is failed for that reason (recorded once: it is pending).
+                return self._write(conn, claimed, attempt - 1, Failed(unrecorded), started_at, slot, False)
             error = (
                 f"gave up: {attempt - 1} attempt(s) started and none finished; the worker process died or lost its "
                 "database connection during each (does the handler crash its worker?)"
@@ -483,6 +489,11 @@ class Executor:
                 broken = True
         written = backend.record_outcome(None, claimed, attempt, state=state, delay=delay, error=error,
                                          started_at=started_at, worker=slot, uncount=uncount)
+        if written is None:
+            log.warning("job %s: attempt %s's outcome was not written: the job is no longer queued, or its row is "
+                        "still locked (its session has not exited yet, or another worker claimed it); then its "
+                        "error is kept in job_attempts and recorded by the job's next finishing write",
+                        claimed.id, attempt)
         if broken:
             raise psycopg.OperationalError("the job's connection was lost during the attempt")
         return _as_written(outcome, written)

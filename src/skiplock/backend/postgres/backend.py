@@ -18,14 +18,15 @@ import uuid
 import weakref
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ...errors import DatabaseUnavailable, SchemaError
+from ...errors import DatabaseUnavailable, DuplicateJob, SchemaError
 from ..base import ClaimedJob, NewJob
 from .queries import load_migrations, load_queries
 
@@ -80,6 +81,90 @@ def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
         raise DatabaseUnavailable(f"invalid DSN {dsn!r}: {one_line(exc)}") from None
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(f"cannot connect to PostgreSQL ({describe_dsn(dsn)}): {one_line(exc)}") from None
+
+
+# A keyed batch whose holders keep finishing between its insert and its lookup is tried this many
+# times (as `enqueue_unique` tries its one key) before giving up.
+KEYED_ATTEMPTS = 10
+
+
+class HolderGone(Exception):
+    """A key's holder finished before the batch could read its id: undo the attempt and run it again."""
+
+
+class KeyedBatch:
+    """An ``enqueue_many`` call in which some items carry a unique key: what to send and what it
+    gave, for any driver (sync: :meth:`PostgresBackend.enqueue_keyed`; asyncio: aio.py). No I/O.
+
+    ``keyed`` maps item index -> (unique_key, on_conflict). Each key is sent once, with its first
+    item; a later item with the same key gets that item's id -- or, with ``on_conflict="raise"``, is
+    refused here, before anything is sent (:class:`DuplicateJob` with ``existing_id`` None: the job
+    it duplicates would be this call's own). One attempt is :meth:`insert` (the rows, and the holders
+    the statement's snapshot sees), then, only if some holder committed after that snapshot,
+    :meth:`inserted`'s lookup in a statement of its own; :meth:`ids` then gives the ids or says why
+    the attempt must be undone: a holder finished before we read it (:class:`HolderGone`: run the
+    attempt again; rare, it needs a holder committed *and* finished during our insert) or an item
+    with ``on_conflict="raise"`` met a holder (:class:`DuplicateJob`: nothing is enqueued)."""
+
+    def __init__(self, jobs: Sequence[NewJob], keyed: Mapping[int, tuple[str, str]]):
+        self.jobs = jobs
+        self.keyed = keyed
+        first: dict[str, int] = {}
+        self.same_as: dict[int, int] = {}  # a later item -> the first item with its key
+        for i in sorted(keyed):
+            key, on_conflict = keyed[i]
+            j = first.setdefault(key, i)
+            if j != i:
+                if on_conflict == "raise":
+                    raise DuplicateJob(f"item {i}: unique_key {key!r} is also item {j}'s, and on_conflict='raise'; "
+                                       "nothing was enqueued", None)  # type: ignore[arg-type]
+                self.same_as[i] = j
+        self.sent = [i for i in range(len(jobs)) if i not in self.same_as]
+        self.strict = [i for i in sorted(keyed) if keyed[i][1] == "raise"]  # none of them in same_as
+        self._found: dict[int, tuple[bool, int | None]] = {}
+
+    def insert(self, backend: "PostgresBackend") -> tuple[str, dict[str, Any]]:
+        jobs = [self.jobs[i] for i in self.sent]
+        return backend.q["enqueue_many_unique"], {
+            "wake": backend.wake_payload, "schema": backend.schema,
+            "queues": [j.queue for j in jobs], "tasks": [j.task for j in jobs], "args": [j.args_json for j in jobs],
+            "priorities": [j.priority for j in jobs], "max_attempts": [j.max_attempts for j in jobs],
+            "run_ats": [j.run_at for j in jobs],
+            "unique_keys": [self.keyed[i][0] if i in self.keyed else None for i in self.sent],
+        }
+
+    def inserted(self, backend: "PostgresBackend", rows: Sequence[Sequence[Any]]) -> tuple[str, dict[str, Any]] | None:
+        """Take :meth:`insert`'s rows ((created, id) per item sent, in order); returns the lookup to
+        run next, in a new statement, or None if every item has its id."""
+        if len(rows) != len(self.sent):
+            raise RuntimeError(f"enqueue_many_unique returned {len(rows)} rows for {len(self.sent)} items")
+        self._found = {i: (bool(created), job_id) for i, (created, job_id) in zip(self.sent, rows)}
+        missing = [self.keyed[i][0] for i, (_, job_id) in self._found.items() if job_id is None]
+        return (backend.q["unique_key_holders"], {"unique_keys": missing}) if missing else None
+
+    def looked_up(self, rows: Sequence[Sequence[Any]]) -> None:
+        holders = {key: job_id for key, job_id in rows}
+        for i, (_, job_id) in list(self._found.items()):
+            if job_id is None and self.keyed[i][0] in holders:
+                self._found[i] = (False, holders[self.keyed[i][0]])
+
+    def ids(self) -> list[int]:
+        """The ids in input order; raises HolderGone or DuplicateJob (the first such item in input
+        order) when the attempt must be undone."""
+        found: dict[int, int] = {}
+        for i, (_, job_id) in self._found.items():
+            if job_id is None:
+                raise HolderGone(self.keyed[i][0])
+            found[i] = job_id
+        for i in self.strict:
+            if not self._found[i][0]:
+                raise DuplicateJob(f"item {i}: job {found[i]} already holds unique_key {self.keyed[i][0]!r}; "
+                                   "nothing was enqueued", found[i])
+        return [found[self.same_as.get(i, i)] for i in range(len(self.jobs))]
+
+    @staticmethod
+    def gave_up() -> DatabaseUnavailable:
+        return DatabaseUnavailable(f"unique keys kept changing hands over {KEYED_ATTEMPTS} attempts; try again")
 
 
 class PostgresBackend:
@@ -297,6 +382,46 @@ class PostgresBackend:
                     write((job_id, j.queue, j.task, j.args_json, j.priority, j.max_attempts))
         return ids
 
+    def enqueue_keyed(self, batch: KeyedBatch, conn: Any = None) -> list[int]:
+        """``enqueue_many`` with unique keys (see :class:`KeyedBatch`): ids in input order, an item
+        whose key is held getting the holder's id. Always one INSERT statement (never COPY). Each
+        attempt is undoable, so a refusal (DuplicateJob) or a retry leaves nothing behind: see
+        :meth:`_undoable`."""
+        for _ in range(KEYED_ATTEMPTS):
+            try:
+                with self._undoable(conn) as c:
+                    cur = c.cursor(row_factory=tuple_row)  # whatever the caller's row factory
+                    lookup = batch.inserted(self, cur.execute(*batch.insert(self)).fetchall())
+                    if lookup is not None:
+                        batch.looked_up(cur.execute(*lookup).fetchall())
+                    return batch.ids()
+            except HolderGone:
+                continue
+        raise batch.gave_up()
+
+    @contextmanager
+    def _undoable(self, conn: Any) -> Iterator[Any]:
+        """A scope whose writes an exception undoes, and nothing else: on the pool, a transaction; on
+        the caller's connection, a savepoint in its open transaction (``conn.transaction()`` nests),
+        a transaction of its own in autocommit mode, or -- no transaction open yet -- the one our
+        statements begin, rolled back (it holds nothing of the caller's). The caller's transaction
+        is left as it was, usable, whatever went wrong inside."""
+        if conn is None:
+            with self._conn() as c, c.transaction():
+                yield c
+        elif conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
+            with conn.transaction():
+                yield conn
+        else:
+            try:
+                yield conn
+            except BaseException:
+                try:
+                    conn.rollback()
+                except psycopg.Error:
+                    pass  # a broken connection: the original error says more
+                raise
+
     # ---- the lease ---------------------------------------------------------------------------
 
     def claim(self, conn: psycopg.Connection[Any], queues: Sequence[str] | None, limit: int = 1,
@@ -319,12 +444,13 @@ class PostgresBackend:
         return [ClaimedJob(*row) for row in cur.fetchall()]
 
     def start_attempt(self, conn: psycopg.Connection[Any], job: ClaimedJob, worker: str,
-                      lease_pid: int | None) -> tuple[int, str | None]:
+                      lease_pid: int | None) -> tuple[int, str | None, str | None]:
         """Count the attempt durably, outside the job's transaction (``conn`` from connect_bookkeeping).
-        Returns (attempt number, cancellation reason if one was requested)."""
+        Returns (attempt number, cancellation reason if one was requested, the previous attempt's error
+        if that attempt finished but its outcome is still unrecorded -- see ``record_outcome``)."""
         row = conn.execute(self.q["start_attempt"], {"id": job.id, "attempts": job.attempts, "worker": worker,
                                                      "backend_pid": lease_pid}).fetchone()
-        return int(row[0]), row[1]
+        return int(row[0]), row[1], row[2]
 
     def start_batch(self, conn: psycopg.Connection[Any], jobs: Sequence[ClaimedJob], worker: str,
                     lease_pid: int) -> tuple[int, set[int], dict[int, str]]:
@@ -381,7 +507,9 @@ class PostgresBackend:
                        delay: float | None, error: str | None, started_at: datetime, worker: str,
                        uncount: bool = False, owner: uuid.UUID | None = None) -> str | None:
         """Write a retry/failed/cancelled outcome; returns the state written, None if skipped (or,
-        claimed lease, fenced off because the lease is no longer ``owner``'s)."""
+        claimed lease, fenced off because the lease is no longer ``owner``'s). Transaction lease
+        (``conn`` None): a row still locked by another session is skipped without waiting, and the
+        error is kept in job_attempts until the job's next finishing write records it."""
         row = self._one("record_outcome", {
             "id": job.id, "attempt": attempt, "state": state, "delay": delay, "error": error, "owner": owner,
             "started_at": started_at, "worker": worker, "uncount": uncount, "notice": self.notice(job.id)}, conn)

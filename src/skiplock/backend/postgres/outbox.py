@@ -8,7 +8,7 @@ rows forever.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Generator, Sequence
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -18,44 +18,90 @@ from ..outbox_base import Finish, Message, MessageRecord, NewMessage
 from .backend import PostgresBackend
 from .queries import load_queries
 
+# A sequence of statements: each step yields (query, params) and is sent back the rows it returned.
+Steps = Generator[tuple[str, dict[str, Any]], list[tuple[Any, ...]], list[tuple[int, str]]]
+
+
+def _run(cur: psycopg.Cursor[Any], steps: Steps) -> list[tuple[int, str]]:
+    rows: Any = None
+    try:
+        while True:
+            query, params = steps.send(rows)
+            rows = cur.execute(query, params).fetchall()
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def _run_async(cur: psycopg.AsyncCursor[Any], steps: Steps) -> list[tuple[int, str]]:
+    rows: Any = None
+    try:
+        while True:
+            query, params = steps.send(rows)
+            rows = await (await cur.execute(query, params)).fetchall()
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
 
 class PostgresOutboxStore:
     def __init__(self, backend: PostgresBackend):
         self.backend = backend
         self.q = load_queries(backend.schema, "outbox.sql")
         self._key_prefix = f"skiplock.outbox:{backend.schema}:"
+        # Relay wake-ups: NOTIFY on the fixed channel `skiplock` (never one named from user input),
+        # shared with the job queue's `enqueued:<schema>`; listeners tell them apart by payload.
+        self.wake_payload = f"outbox:{backend.schema}"
 
     # ---- producing -----------------------------------------------------------------------------
 
-    def put(self, messages: Sequence[NewMessage], conn: Any = None) -> list[tuple[int, str]]:
+    def put(self, messages: Sequence[NewMessage], conn: Any = None, *, wake: bool = True) -> list[tuple[int, str]]:
         """Insert messages; (id, idempotency key) per input, in input order. On ``conn`` the insert
         runs in the caller's transaction (an autocommit connection outside a transaction block gets
-        one of its own, so the key locks and the insert stay together)."""
+        one of its own, so the key locks and the insert stay together). With ``wake``, the insert
+        also queues one NOTIFY for relays, delivered when that transaction commits."""
         if conn is None:
             with self.backend._conn() as c, c.transaction():
-                return self._put(c, messages)
+                return _run(c.cursor(row_factory=tuple_row), self._put_steps(messages, wake))
+        cur = conn.cursor(row_factory=tuple_row)  # whatever row factory the caller's connection uses
         if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
             with conn.transaction():
-                return self._put(conn, messages)
-        return self._put(conn, messages)
+                return _run(cur, self._put_steps(messages, wake))
+        return _run(cur, self._put_steps(messages, wake))
 
-    def _put(self, conn: Any, messages: Sequence[NewMessage]) -> list[tuple[int, str]]:
-        cur = conn.cursor(row_factory=tuple_row)  # whatever row factory the caller's connection uses
+    async def put_async(self, messages: Sequence[NewMessage], conn: psycopg.AsyncConnection[Any], *,
+                        wake: bool = True) -> list[tuple[int, str]]:
+        """:meth:`put` on the caller's ``AsyncConnection``: the very same statements, awaited."""
+        cur = conn.cursor(row_factory=tuple_row)
+        if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+            async with conn.transaction():
+                return await _run_async(cur, self._put_steps(messages, wake))
+        return await _run_async(cur, self._put_steps(messages, wake))
+
+    def _put_steps(self, messages: Sequence[NewMessage], wake: bool) -> Steps:
+        """The statements of a put, as steps the sync and the async driver both run: one core, no
+        twin implementations. Each ``yield`` sends a statement and receives its rows."""
         keys = sorted({m.key for m in messages if m.key is not None})
         if keys:
-            cur.execute(self.q["lock_keys"], {"prefix": self._key_prefix, "keys": keys})
-        cur.execute(self.q["put_many"], {
+            yield self.q["lock_keys"], {"prefix": self._key_prefix, "keys": keys}
+        rows = yield self.q["put_many"], {
             "topics": [m.topic for m in messages], "keys": [m.key for m in messages],
             "payloads": [m.payload_json for m in messages],
             "idempotency_keys": [m.idempotency_key for m in messages],
             "max_attempts": [m.max_attempts for m in messages],
-        })
-        ids = {ikey: mid for mid, ikey in cur.fetchall()}
+            "wake": self.wake_payload if wake else None,
+        }
+        ids = {ikey: mid for mid, ikey in rows}
         missing = [m.idempotency_key for m in messages if m.idempotency_key not in ids]
         if missing:  # already stored under that idempotency key: return the stored message
-            cur.execute(self.q["ids_by_idempotency_key"], {"idempotency_keys": missing})
-            ids.update({ikey: mid for mid, ikey in cur.fetchall()})
+            rows = yield self.q["ids_by_idempotency_key"], {"idempotency_keys": missing}
+            ids.update({ikey: mid for mid, ikey in rows})
         return [(ids[m.idempotency_key], m.idempotency_key) for m in messages]
+
+    # ---- wake-ups ------------------------------------------------------------------------------
+
+    def connect_listener(self) -> psycopg.Connection[Any]:
+        """An autocommit connection LISTENing on the fixed channel ``skiplock``, with the client TCP
+        keepalives of the worker's listener (a dead connection raises within about half a minute)."""
+        return self.backend.connect_listener()
 
     # ---- claimed lease -------------------------------------------------------------------------
 
@@ -65,9 +111,8 @@ class PostgresOutboxStore:
         transaction. Returns (claimed messages in id order, number of leases rescued)."""
         with self.backend._conn() as c, c.transaction():
             rescued = len(c.execute(self.q["rescue_expired"]).fetchall())
-            rows = c.execute(self.q["claim_lease"], {"owner": owner, "topics": list(topics) if topics else None,
-                                                     "limit": limit, "lease": lease_seconds}).fetchall()
-        return sorted((Message(*r) for r in rows), key=lambda m: m.id), rescued
+            messages = self._claim(c, topics, limit, owner, lease_seconds)
+        return messages, rescued
 
     def extend_lease(self, owner: str, ids: Sequence[int], lease_seconds: float) -> int:
         with self.backend._conn() as c:
@@ -85,9 +130,14 @@ class PostgresOutboxStore:
 
     def claim_locked(self, conn: psycopg.Connection[Any], topics: Sequence[str] | None,
                      limit: int) -> list[Message]:
-        rows = conn.execute(self.q["claim_locked"], {"topics": list(topics) if topics else None,
-                                                     "limit": limit}).fetchall()
-        return [Message(*r) for r in rows]
+        return self._claim(conn, topics, limit, None, None)
+
+    def _claim(self, conn: Any, topics: Sequence[str] | None, limit: int, owner: str | None,
+               lease_seconds: float | None) -> list[Message]:
+        """The one claim statement; ``owner`` None is the transaction lease. Messages in id order."""
+        rows = conn.execute(self.q["claim"], {"topics": list(topics) if topics else None, "limit": limit,
+                                              "owner": owner, "lease": lease_seconds}).fetchall()
+        return sorted((Message(*r) for r in rows), key=lambda m: m.id)
 
     def finish_locked(self, conn: psycopg.Connection[Any], outcomes: Sequence[Finish]) -> list[int]:
         return self._finish(conn, outcomes, expect="pending", owner=None, bump=1)

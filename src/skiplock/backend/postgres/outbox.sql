@@ -15,6 +15,11 @@ SELECT pg_advisory_xact_lock(h)
 -- name: put_many
 -- One statement for any number of messages; ids are assigned in input order. A message whose
 -- idempotency key is already stored is not inserted again (the caller looks the old one up).
+-- Wake-up: one NOTIFY on the fixed channel `skiplock` (payload `outbox:<schema>`), delivered only
+-- when the writer's transaction commits; identical notifications of one transaction are delivered
+-- once, so a transaction putting many messages wakes relays once. A hint only: relays also poll.
+-- `wake` NULL sends none (count() still yields the one row the join needs).
+WITH ins AS (
 INSERT INTO {schema}.outbox (topic, key, payload, idempotency_key, max_attempts)
 SELECT topic, key, payload, idempotency_key, max_attempts
   FROM unnest(%(topics)s::text[], %(keys)s::text[], %(payloads)s::text[]::jsonb[], %(idempotency_keys)s::text[],
@@ -22,7 +27,9 @@ SELECT topic, key, payload, idempotency_key, max_attempts
        WITH ORDINALITY AS m(topic, key, payload, idempotency_key, max_attempts, n)
  ORDER BY n
     ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING id, idempotency_key;
+RETURNING id, idempotency_key),
+wake AS (SELECT count(pg_notify('skiplock', w)) FROM (VALUES (%(wake)s::text)) AS v(w) WHERE w IS NOT NULL)
+SELECT id, idempotency_key FROM ins, wake;
 
 -- name: ids_by_idempotency_key
 SELECT id, idempotency_key FROM {schema}.outbox WHERE idempotency_key = ANY(%(idempotency_keys)s::text[]);
@@ -47,18 +54,27 @@ UPDATE {schema}.outbox o
    AND o.state = 'delivering'
 RETURNING o.id, o.state;
 
--- name: claim_lease
--- Claimed lease (the default for external sinks), in a short transaction that commits at once:
--- lock up to `limit` available pending rows that no other relay has locked (SKIP LOCKED: never
--- wait, never take the same row), move them to 'delivering' with this batch's owner token and a
--- lease expiry, and count the attempt. Delivery happens after COMMIT, outside any transaction.
--- Per-key ordering: a keyed message is claimable only if no earlier message with its key is
--- pending or delivering, so a key has at most one message in flight, delivered in id (= commit,
--- see lock_keys) order. A failed (dead-lettered) message does not hold its key up.
--- The CTE with LIMIT ... FOR UPDATE is an optimisation fence: exactly the locked rows are updated,
--- found by primary key (`= ANY(ARRAY(...))`; a join to the CTE can turn into a scan of the table).
+-- name: claim
+-- Both lease modes claim with this one statement, so they select alike: up to `limit` available
+-- pending rows that no other relay has locked (SKIP LOCKED: never wait, never take the same row),
+-- earliest available first. Per-key ordering: a keyed message is claimable only if no earlier
+-- message with its key is pending or delivering, so a key has at most one message in flight,
+-- delivered in id (= commit, see lock_keys) order. A failed (dead-lettered) message does not hold
+-- its key up. What happens to the picked rows depends on `owner`:
+-- * claimed lease (`owner` given; the default for external sinks), in a short transaction that
+--   commits at once: the rows move to 'delivering' with the batch's owner token and a lease expiry,
+--   and the attempt is counted. Delivery happens after COMMIT, outside any transaction. The rows
+--   are updated by primary key (`= ANY(ARRAY(...))`; a join to the CTE can turn into a table scan).
+-- * transaction lease (`owner` NULL; always used for transactional sinks): the rows stay 'pending'
+--   and locked by this transaction while the sink runs; its end is the end of the lease (COMMIT
+--   with the outcomes, or any rollback -- crash, lost connection -- and they are available again
+--   at once). They are returned from `picked` itself: FOR UPDATE gives the version it locked, which
+--   a concurrent commit may have made newer than this statement's snapshot. The attempt number is
+--   this one's (counted by `finish`).
+-- The CTE with LIMIT ... FOR UPDATE is an optimisation fence: exactly the locked rows are returned.
+-- The mode's other branch is a one-time filter that reads nothing.
 WITH picked AS (
-    SELECT o.id
+    SELECT o.id, o.topic, o.key, o.payload, o.idempotency_key, o.attempts, o.max_attempts, o.created_at
       FROM {schema}.outbox o
      WHERE o.state = 'pending' AND o.available_at <= now()
        AND (%(topics)s::text[] IS NULL OR o.topic = ANY(%(topics)s::text[]))
@@ -67,28 +83,17 @@ WITH picked AS (
                 WHERE p.key = o.key AND p.id < o.id AND p.state IN ('pending', 'delivering')))
      ORDER BY o.available_at, o.id
      LIMIT %(limit)s
-       FOR UPDATE OF o SKIP LOCKED)
-UPDATE {schema}.outbox o
-   SET state = 'delivering', owner = %(owner)s, attempts = o.attempts + 1,
-       lease_expires_at = now() + %(lease)s::float8 * interval '1 second'
- WHERE o.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING o.id, o.topic, o.key, o.payload, o.idempotency_key, o.attempts, o.max_attempts, o.created_at;
-
--- name: claim_locked
--- Transaction lease (the seed's protocol; always used for transactional sinks): the same
--- selection, but the rows stay 'pending' and locked by this transaction while the sink runs. The
--- transaction's end is the end of the lease: COMMIT with the outcomes, or any rollback (crash,
--- lost connection) and the rows are available again at once. The attempt number is this one's.
-SELECT o.id, o.topic, o.key, o.payload, o.idempotency_key, o.attempts + 1, o.max_attempts, o.created_at
-  FROM {schema}.outbox o
- WHERE o.state = 'pending' AND o.available_at <= now()
-   AND (%(topics)s::text[] IS NULL OR o.topic = ANY(%(topics)s::text[]))
-   AND (o.key IS NULL OR NOT EXISTS (
-           SELECT 1 FROM {schema}.outbox p
-            WHERE p.key = o.key AND p.id < o.id AND p.state IN ('pending', 'delivering')))
- ORDER BY o.available_at, o.id
- LIMIT %(limit)s
-   FOR UPDATE OF o SKIP LOCKED;
+       FOR UPDATE OF o SKIP LOCKED),
+leased AS (
+    UPDATE {schema}.outbox o
+       SET state = 'delivering', owner = %(owner)s::text, attempts = o.attempts + 1,
+           lease_expires_at = now() + %(lease)s::float8 * interval '1 second'
+     WHERE %(owner)s::text IS NOT NULL AND o.id = ANY(ARRAY(SELECT id FROM picked))
+    RETURNING o.id, o.topic, o.key, o.payload, o.idempotency_key, o.attempts, o.max_attempts, o.created_at)
+SELECT id, topic, key, payload, idempotency_key, attempts, max_attempts, created_at FROM leased
+UNION ALL
+SELECT id, topic, key, payload, idempotency_key, attempts + 1, max_attempts, created_at FROM picked
+ WHERE %(owner)s::text IS NULL;
 
 -- name: extend_lease
 -- Heartbeat for a batch still being delivered, fenced on the owner token like every other write.

@@ -53,15 +53,19 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
 -- name: start_attempt
 -- Run on a separate autocommit connection while the job's transaction holds the row lock: it
 -- touches only job_attempts, so it never waits on that lock, and it survives the job's rollback.
--- Also says whether a cancellation was requested (then the handler is not run).
+-- Also says whether a cancellation was requested (then the handler is not run), and the error of the
+-- previous attempt if that attempt finished but its outcome could not be written (still pending: see
+-- `record_outcome`) -- if that was the job's last attempt, the job fails with that error.
 WITH a AS (
 INSERT INTO {schema}.job_attempts AS a (job_id, started, worker, backend_pid)
 VALUES (%(id)s, %(attempts)s + 1, %(worker)s, %(backend_pid)s)
 ON CONFLICT (job_id) DO UPDATE
    SET started = greatest(a.started, EXCLUDED.started - 1) + 1,
        worker = EXCLUDED.worker, backend_pid = EXCLUDED.backend_pid, started_at = now()
-RETURNING started)
-SELECT a.started, (SELECT reason FROM {schema}.job_cancellations WHERE job_id = %(id)s) FROM a;
+RETURNING a.started,
+          CASE WHEN (a.pending_errors -> -1 ->> 'attempt')::int = a.started - 1
+               THEN a.pending_errors -> -1 ->> 'error' END AS unrecorded)
+SELECT a.started, (SELECT reason FROM {schema}.job_cancellations WHERE job_id = %(id)s), a.unrecorded FROM a;
 
 -- name: start_batch
 -- Run on the slot's autocommit bookkeeping connection before the first handler of a batch (several
@@ -90,12 +94,17 @@ UPDATE {schema}.job_batches SET ids = array_remove(ids, %(id)s::bigint)
 -- name: complete_batch
 -- Inside a batch's transaction, before its COMMIT: the jobs whose handlers returned without touching
 -- the database, written 'done' in one statement (guarded like `complete`), and the batch's row
--- deleted (the batch commits, so it leaves no trace). Returns the ids written.
-WITH d AS (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[]) AS d(id, attempt, result)),
+-- deleted (the batch commits, so it leaves no trace). Errors still pending in job_attempts (an
+-- earlier attempt's, see `record_outcome`) are folded in as their rows go. Returns the ids written.
+WITH d AS MATERIALIZED (
+SELECT d.*, (SELECT a.pending_errors FROM {schema}.job_attempts a WHERE a.job_id = d.id) AS pending
+  FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::text[]) AS d(id, attempt, result)),
 upd AS (
 UPDATE {schema}.jobs j
    SET state = 'done', attempts = d.attempt, finished_at = clock_timestamp(), started_at = %(started_at)s,
-       result = d.result::jsonb, worker = %(worker)s
+       result = d.result::jsonb, worker = %(worker)s,
+       errors = CASE WHEN d.pending IS NULL THEN j.errors ELSE {schema}.append_errors(j.errors, d.pending) END,
+       last_error = coalesce(d.pending -> -1 ->> 'error', j.last_error)
   FROM d
  WHERE j.id = d.id AND j.state = 'queued' AND j.owner IS NULL
    AND NOT EXISTS (SELECT 1 FROM {schema}.job_cancellations c WHERE c.job_id = d.id)
@@ -109,12 +118,17 @@ SELECT ARRAY(SELECT id FROM upd),
 -- name: complete
 -- Inside the job's transaction: guarded on the state we claimed it in (a lost COMMIT reply followed
 -- by a failure record can never turn a finished job back) and on the absence of a cancellation
--- request (a finishing write never overwrites a cancellation). NOTIFY only if someone waits.
--- Returns (rows written, notifications sent).
-WITH upd AS (
+-- request (a finishing write never overwrites a cancellation). Errors still pending in job_attempts
+-- (an earlier attempt's, see `record_outcome`) are folded in as the row goes. NOTIFY only if someone
+-- waits. Returns (rows written, notifications sent).
+WITH p AS MATERIALIZED (SELECT (SELECT pending_errors FROM {schema}.job_attempts WHERE job_id = %(id)s) AS pending),
+upd AS (
 UPDATE {schema}.jobs
    SET state = 'done', attempts = %(attempt)s, finished_at = clock_timestamp(), started_at = %(started_at)s,
-       result = %(result)s::jsonb, worker = %(worker)s, owner = NULL, lease_expires_at = NULL
+       result = %(result)s::jsonb, worker = %(worker)s, owner = NULL, lease_expires_at = NULL,
+       errors = CASE WHEN p.pending IS NULL THEN errors ELSE {schema}.append_errors(errors, p.pending) END,
+       last_error = coalesce(p.pending -> -1 ->> 'error', last_error)
+  FROM p
  WHERE id = %(id)s
    -- transaction lease: still queued (we hold its lock); claimed lease: still running and still ours
    AND state = CASE WHEN %(owner)s::uuid IS NULL THEN 'queued' ELSE 'running' END
@@ -132,12 +146,31 @@ SELECT count(*),
 -- 'failed', or 'cancelled'; a pending cancellation request turns any of them into 'cancelled'.
 -- Normally runs inside the job's own transaction after ROLLBACK TO SAVEPOINT (the handler's effects
 -- are gone, the row lock is still ours: SKIP LOCKED never skips our own lock). When the job's
--- connection died it runs in a fresh transaction and never waits: if another worker has already
--- claimed the job again, the row is skipped (that worker's attempt is counted in job_attempts).
+-- connection died it runs in a fresh transaction and never waits: if the row is still locked -- the
+-- dead session has not exited yet, or another worker has already claimed the job again (its attempt
+-- is counted in job_attempts) -- the row is skipped and the error is appended to the job's
+-- job_attempts row instead (`pending_errors`; skipped too if that row is locked), outside any lease.
+-- Every finishing write folds pending errors into jobs.errors (before this write's own entry, which
+-- is left out if it is already pending) and removes exactly the entries it folded, so they leave
+-- job_attempts only when a write recording them commits.
+-- Claimed lease (%(owner)s given): fenced on state and owner, and waits for the row (only short
+-- statements lock a running row: a heartbeat, the rescuer, a cancellation), so a heartbeat in
+-- flight cannot make it look lost.
 -- A finished job takes its final attempt count and leaves job_attempts. %(uncount)s (a snooze)
 -- gives the attempt back. Keeps the last 20 errors. Returns the state written, or no row.
 WITH req AS (SELECT reason FROM {schema}.job_cancellations WHERE job_id = %(id)s),
 dec AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM req) THEN 'cancelled' ELSE %(state)s::text END AS state),
+entry AS (SELECT CASE WHEN %(error)s::text IS NOT NULL THEN
+                 jsonb_build_array(jsonb_build_object('attempt', %(attempt)s::int, 'at', clock_timestamp(),
+                                                      'error', %(error)s::text, 'worker', %(worker)s::text))
+                 END AS errors),
+pend AS MATERIALIZED (SELECT (SELECT pending_errors FROM {schema}.job_attempts WHERE job_id = %(id)s) AS errors),
+-- what this write adds to jobs.errors: the pending entries, then its own (unless already pending)
+more AS MATERIALIZED (
+SELECT CASE WHEN coalesce(pend.errors @> jsonb_build_array(jsonb_build_object(
+                              'attempt', %(attempt)s::int, 'error', %(error)s::text)), false)
+            THEN pend.errors ELSE coalesce(pend.errors || entry.errors, pend.errors, entry.errors) END AS errors
+  FROM pend, entry),
 upd AS (
 UPDATE {schema}.jobs j
    SET state = dec.state,
@@ -146,24 +179,43 @@ UPDATE {schema}.jobs j
                      THEN clock_timestamp() + %(delay)s::float8 * interval '1 second' ELSE j.run_at END,
        started_at = %(started_at)s,
        finished_at = CASE WHEN dec.state = 'queued' THEN NULL ELSE clock_timestamp() END,
-       last_error = coalesce((SELECT 'cancelled: ' || reason FROM req), %(error)s::text, j.last_error),
+       last_error = coalesce((SELECT 'cancelled: ' || reason FROM req), %(error)s::text,
+                             more.errors -> -1 ->> 'error', j.last_error),
        worker = %(worker)s, owner = NULL, lease_expires_at = NULL,
-       errors = CASE WHEN %(error)s::text IS NULL THEN j.errors ELSE
-                (SELECT coalesce(jsonb_agg(e ORDER BY n), '[]'::jsonb)
-                   FROM (SELECT e, n FROM jsonb_array_elements(j.errors || jsonb_build_array(
-                             jsonb_build_object('attempt', %(attempt)s::int, 'at', clock_timestamp(),
-                                                'error', %(error)s::text, 'worker', %(worker)s::text)))
-                                   WITH ORDINALITY AS x(e, n)
-                          ORDER BY n DESC LIMIT 20) last) END
-  FROM dec
- WHERE j.id = (SELECT id FROM {schema}.jobs
-                WHERE id = %(id)s AND state = CASE WHEN %(owner)s::uuid IS NULL THEN 'queued' ELSE 'running' END
-                  AND owner IS NOT DISTINCT FROM %(owner)s::uuid  -- fenced: a rescued job is not ours
-                  FOR UPDATE SKIP LOCKED)
+       errors = CASE WHEN more.errors IS NULL THEN j.errors ELSE {schema}.append_errors(j.errors, more.errors) END
+  FROM dec, more
+ WHERE j.id = coalesce(
+         -- transaction lease: ours if we hold its lock, else skipped without waiting
+         (SELECT id FROM {schema}.jobs
+           WHERE %(owner)s::uuid IS NULL AND id = %(id)s AND state = 'queued' AND owner IS NULL
+             FOR UPDATE SKIP LOCKED),
+         -- claimed lease: fenced, a rescued job is not ours
+         (SELECT id FROM {schema}.jobs
+           WHERE %(owner)s::uuid IS NOT NULL AND id = %(id)s AND state = 'running' AND owner = %(owner)s::uuid
+             FOR UPDATE))
 RETURNING j.id, j.state),
 attempts_done AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM upd WHERE state <> 'queued')),
-attempts_back AS (UPDATE {schema}.job_attempts SET started = started - 1
-                   WHERE %(uncount)s AND job_id IN (SELECT id FROM upd WHERE state = 'queued')),
+attempts_kept AS (
+UPDATE {schema}.job_attempts a
+   SET started = a.started - CASE WHEN %(uncount)s THEN 1 ELSE 0 END,
+       -- what was folded above, taken out of the row as it is now (an entry added meanwhile stays)
+       pending_errors = (SELECT jsonb_agg(x.e ORDER BY x.n)
+                           FROM jsonb_array_elements(a.pending_errors) WITH ORDINALITY AS x(e, n)
+                          WHERE NOT coalesce(pend.errors @> jsonb_build_array(x.e), false))
+  FROM pend
+ WHERE a.job_id IN (SELECT id FROM upd WHERE state = 'queued')
+   AND (%(uncount)s OR a.pending_errors IS NOT NULL)),
+pending AS (
+UPDATE {schema}.job_attempts a
+   SET pending_errors = coalesce(a.pending_errors, '[]'::jsonb) || entry.errors
+  FROM entry
+ WHERE a.job_id = (SELECT job_id FROM {schema}.job_attempts
+                    WHERE job_id = %(id)s
+                      -- only when the job's row was skipped (still queued, locked by another session)
+                      AND %(error)s::text IS NOT NULL AND %(owner)s::uuid IS NULL
+                      AND NOT EXISTS (SELECT 1 FROM upd)
+                      AND EXISTS (SELECT 1 FROM {schema}.jobs WHERE id = %(id)s AND state = 'queued')
+                      FOR UPDATE SKIP LOCKED)),
 requests_done AS (DELETE FROM {schema}.job_cancellations WHERE job_id IN (SELECT id FROM upd WHERE state <> 'queued'))
 SELECT upd.state,
        (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_waiters w
@@ -213,18 +265,23 @@ wake AS (SELECT pg_notify('skiplock', %(wake)s))
 SELECT id FROM ins, wake;
 
 -- name: get_job
+-- Errors still pending in job_attempts (see `record_outcome`) are shown as recorded.
 SELECT j.id, j.queue, j.task, j.args, j.priority, j.state,
        greatest(j.attempts, coalesce(a.started, 0)) AS attempts,
-       j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at, j.last_error,
-       j.errors, j.result, j.worker, j.unique_key, j.lease_expires_at
+       j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at,
+       coalesce(a.pending_errors -> -1 ->> 'error', j.last_error) AS last_error,
+       j.errors || coalesce(a.pending_errors, '[]'::jsonb) AS errors,
+       j.result, j.worker, j.unique_key, j.lease_expires_at
   FROM {schema}.jobs j LEFT JOIN {schema}.job_attempts a ON a.job_id = j.id
  WHERE j.id = %(id)s;
 
 -- name: list_jobs
 SELECT j.id, j.queue, j.task, j.args, j.priority, j.state,
        greatest(j.attempts, coalesce(a.started, 0)) AS attempts,
-       j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at, j.last_error,
-       j.errors, j.result, j.worker, j.unique_key, j.lease_expires_at
+       j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at,
+       coalesce(a.pending_errors -> -1 ->> 'error', j.last_error) AS last_error,
+       j.errors || coalesce(a.pending_errors, '[]'::jsonb) AS errors,
+       j.result, j.worker, j.unique_key, j.lease_expires_at
   FROM {schema}.jobs j LEFT JOIN {schema}.job_attempts a ON a.job_id = j.id
  WHERE (%(state)s::text IS NULL OR j.state = %(state)s)
    AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
@@ -277,6 +334,49 @@ UNION ALL
 SELECT id, false FROM {schema}.jobs
  WHERE unique_key = %(unique_key)s AND state IN ('queued', 'running') AND NOT EXISTS (SELECT 1 FROM ins);
 
+-- name: enqueue_many_unique
+-- enqueue_many when some items carry a unique_key (NULL for the others); the caller sends each key
+-- at most once. Every item draws its id first, ascending in input order whatever order nextval runs
+-- in (an item that conflicts leaves its id unused: a gap). The rows then go in with ON CONFLICT DO
+-- NOTHING on jobs_unique_key_idx, as `enqueue_unique` does: a key held by a queued or running job is
+-- skipped, after waiting for a concurrent inserter of the same key to commit or roll back. Keyed
+-- rows go in sorted by key (byte order), so concurrent batches sharing keys always wait on each other
+-- in the same order and never deadlock. Returns one row per item, in input order: (created, id) --
+-- the new job's id, or the holder's as this statement's snapshot sees it (a holder that finishes
+-- meanwhile is still returned), or NULL when the holder committed after the snapshot was taken (we
+-- waited for it): the caller then reads it with `unique_key_holders`. One wake-up NOTIFY, at
+-- commit, if anything was inserted.
+WITH j AS MATERIALIZED (
+SELECT * FROM unnest(%(queues)s::text[], %(tasks)s::text[], %(args)s::text[], %(priorities)s::int[],
+                     %(max_attempts)s::int[], %(run_ats)s::timestamptz[], %(unique_keys)s::text[])
+       WITH ORDINALITY AS j(queue, task, args, priority, max_attempts, run_at, unique_key, n)),
+seq AS MATERIALIZED (
+SELECT pg_get_serial_sequence(format('%%I.jobs', %(schema)s::text), 'id')::regclass AS seq),
+ids AS MATERIALIZED (
+SELECT id, row_number() OVER (ORDER BY id) AS n FROM (SELECT nextval(seq.seq) AS id FROM seq, j) drawn),
+ins AS (
+INSERT INTO {schema}.jobs (id, queue, task, args, priority, max_attempts, run_at, unique_key)
+OVERRIDING SYSTEM VALUE
+SELECT ids.id, j.queue, j.task, j.args::jsonb, j.priority, j.max_attempts, coalesce(j.run_at, now()), j.unique_key
+  FROM j JOIN ids USING (n)
+ ORDER BY j.unique_key COLLATE "C"
+ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'running') DO NOTHING
+RETURNING id),
+wake AS (SELECT pg_notify('skiplock', %(wake)s) FROM (SELECT FROM ins LIMIT 1) one)
+SELECT ins.id IS NOT NULL,
+       coalesce(ins.id, (SELECT h.id FROM {schema}.jobs h
+                          WHERE h.unique_key = j.unique_key AND h.state IN ('queued', 'running') LIMIT 1))
+  FROM j JOIN ids USING (n)
+       LEFT JOIN ins ON ins.id = ids.id
+       CROSS JOIN (SELECT count(*) FROM wake) woken
+ ORDER BY j.n;
+
+-- name: unique_key_holders
+-- The queued or running jobs holding these keys now (jobs_unique_key_idx): run in a statement of its
+-- own after `enqueue_many_unique`, so its snapshot sees holders that committed while that one waited.
+SELECT unique_key, id FROM {schema}.jobs
+ WHERE unique_key = ANY(%(unique_keys)s::text[]) AND state IN ('queued', 'running');
+
 -- name: request_cancel
 -- Recorded without waiting on the job's row lock; returns the job's state as committed.
 WITH j AS (SELECT id, state FROM {schema}.jobs WHERE id = %(id)s),
@@ -286,11 +386,16 @@ ins AS (INSERT INTO {schema}.job_cancellations (job_id, reason)
 SELECT state FROM j;
 
 -- name: cancel_if_unlocked
--- Cancels a queued job nobody holds; skips (returns nothing) if a worker holds its lease.
-WITH upd AS (
+-- Cancels a queued job nobody holds; skips (returns nothing) if a worker holds its lease. Errors
+-- still pending in job_attempts (see `record_outcome`) are folded in as the row goes.
+WITH p AS MATERIALIZED (SELECT (SELECT pending_errors FROM {schema}.job_attempts WHERE job_id = %(id)s) AS pending),
+upd AS (
 UPDATE {schema}.jobs
    SET state = 'cancelled', finished_at = clock_timestamp(),
-       last_error = 'cancelled: ' || coalesce((SELECT reason FROM {schema}.job_cancellations WHERE job_id = %(id)s), '')
+       last_error = 'cancelled: ' || coalesce((SELECT reason FROM {schema}.job_cancellations
+                                                WHERE job_id = %(id)s), ''),
+       errors = CASE WHEN p.pending IS NULL THEN errors ELSE {schema}.append_errors(errors, p.pending) END
+  FROM p
  WHERE id = (SELECT id FROM {schema}.jobs WHERE id = %(id)s AND state = 'queued' FOR UPDATE SKIP LOCKED)
 RETURNING id),
 requests_done AS (DELETE FROM {schema}.job_cancellations WHERE job_id IN (SELECT id FROM upd)),
