@@ -167,12 +167,10 @@ def test_cancelling_a_job_in_a_batch_reruns_its_batch_mates_alone(app, db, effec
     assert app.get_job(blocker).state == "cancelled"
 
 
-@pytest.mark.parametrize("batch_slots", [1, 2])
-def test_no_more_batches_in_flight_than_batch_slots(app, dsn, batch_slots, monkeypatch):
-    """Each handler counts the batches in flight (their rows in job_batches, written before a batch's
-    first handler and deleted by its COMMIT) from a connection of its own. Every batch counts as one of
-    near-instant jobs here (the handler's own query may take longer than that on a busy machine)."""
-    monkeypatch.setattr(ClaimSize, "INSTANT_SECONDS", 60.0)
+def batches_seen_by_handlers(app, dsn, jobs: int, sleep: float, **worker) -> list[int]:
+    """Drain ``jobs`` jobs whose handler counts the batches in flight (their rows in job_batches,
+    written before a batch's first handler and deleted by its COMMIT) from a connection of its own,
+    then sleeps ``sleep`` seconds. Returns the counts seen."""
     local = threading.local()
     conns: list[psycopg.Connection] = []
     seen: list[int] = []
@@ -183,37 +181,30 @@ def test_no_more_batches_in_flight_than_batch_slots(app, dsn, batch_slots, monke
             local.conn = psycopg.connect(dsn, autocommit=True)
             conns.append(local.conn)
         seen.append(local.conn.execute("SELECT count(*) FROM skiplock.job_batches").fetchone()[0])
+        if sleep:
+            time.sleep(sleep)
 
-    app.enqueue_many([("look", {})] * 1500)
+    app.enqueue_many([("look", {})] * jobs)
     try:
-        stats = run_until_empty(app, concurrency=6, batch_size=16, batch_slots=batch_slots)
+        stats = run_until_empty(app, **worker)
     finally:
         for conn in conns:
             conn.close()
-    assert stats.done == 1500
+    assert stats.done == jobs
+    return seen
+
+
+@pytest.mark.parametrize("batch_slots", [1, 2])
+def test_no_more_batches_in_flight_than_batch_slots(app, dsn, batch_slots, monkeypatch):
+    """Every batch counts as one of near-instant jobs here (the handler's own query may take longer
+    than that on a busy machine), so every batch takes a turn."""
+    monkeypatch.setattr(ClaimSize, "INSTANT_SECONDS", 60.0)
+    seen = batches_seen_by_handlers(app, dsn, 1500, 0.0, concurrency=6, batch_size=16, batch_slots=batch_slots)
     assert 1 <= max(seen) <= batch_slots
 
 
 def test_batches_of_jobs_that_wait_run_on_every_slot(app, dsn):
     """Jobs that take a few milliseconds (waiting, not computing) are still batched, but their
     batches do not take turns: several run at once even with batch_slots=1."""
-    local = threading.local()
-    conns: list[psycopg.Connection] = []
-    seen: list[int] = []
-
-    @app.task(name="wait")
-    def wait(job):
-        if not hasattr(local, "conn"):
-            local.conn = psycopg.connect(dsn, autocommit=True)
-            conns.append(local.conn)
-        seen.append(local.conn.execute("SELECT count(*) FROM skiplock.job_batches").fetchone()[0])
-        time.sleep(0.003)
-
-    app.enqueue_many([("wait", {})] * 400)
-    try:
-        stats = run_until_empty(app, concurrency=4, batch_size=8, batch_slots=1)
-    finally:
-        for conn in conns:
-            conn.close()
-    assert stats.done == 400
+    seen = batches_seen_by_handlers(app, dsn, 400, 0.003, concurrency=4, batch_size=8, batch_slots=1)
     assert max(seen) >= 2

@@ -40,6 +40,24 @@ def _wait_until_blocked(db, pid: int, timeout: float = 10.0) -> None:
     raise AssertionError(f"session {pid} never waited on a lock")
 
 
+
+def _enqueue_behind(app, db, first, second, items) -> list[int]:
+    """``enqueue_many(items)`` on ``second``, in a thread, until it blocks behind the keys ``first``
+    holds uncommitted; then ``first`` commits. Returns the ids (``second`` committed)."""
+    result: dict[str, list[int]] = {}
+
+    def enqueue() -> None:
+        result["ids"] = app.enqueue_many(items, conn=second)
+        second.commit()
+
+    thread = threading.Thread(target=enqueue)
+    thread.start()
+    _wait_until_blocked(db, second.info.backend_pid)
+    first.commit()
+    thread.join(30)
+    return result["ids"]
+
+
 def test_keys_held_by_queued_or_running_jobs_give_the_holders_ids(app, db):
     queued = app.enqueue("t", unique_key="q")
     running = app.enqueue("t", unique_key="r")
@@ -172,20 +190,10 @@ def test_a_large_mixed_batch_is_one_insert_not_copy(app, dsn, db):
 def test_a_holder_committed_while_the_insert_waited_is_read_in_a_second_statement(app, dsn, db):
     keys = [("t", {"i": i}, {"unique_key": f"k{i}"}) for i in range(5)]
     cursor = recording_cursor()
-    result: dict[str, list[int]] = {}
     with psycopg.connect(dsn) as first, psycopg.connect(dsn, cursor_factory=cursor) as second:
         held = app.enqueue_many(keys, conn=first)  # not committed yet
-
-        def enqueue() -> None:
-            result["ids"] = app.enqueue_many([("t", {})] + keys[::-1], conn=second)
-            second.commit()
-
-        thread = threading.Thread(target=enqueue)
-        thread.start()
-        _wait_until_blocked(db, second.info.backend_pid)
-        first.commit()
-        thread.join(30)
-    assert result["ids"][1:] == held[::-1]
+        ids = _enqueue_behind(app, db, first, second, [("t", {})] + keys[::-1])
+    assert ids[1:] == held[::-1]
     assert cursor.sent == ["execute", "execute"]  # the insert, then the lookup of holders it could not see
     assert _count(db) == 6
 
@@ -206,23 +214,12 @@ def test_a_holder_that_finishes_before_it_is_read_makes_the_attempt_run_again(ap
             return super().execute(query, *args, **kwargs)
 
     db.execute("CREATE TABLE mine (x int)")
-    result: dict[str, list[int]] = {}
     with psycopg.connect(dsn) as first, psycopg.connect(dsn, cursor_factory=FinishHolderBeforeLookup) as second:
         holder = app.enqueue_many([("t", {}, {"unique_key": "k"})], conn=first)[0]  # not committed yet
         second.execute("INSERT INTO mine VALUES (1)")  # an open transaction: attempts are savepoints
-
-        def enqueue() -> None:
-            result["ids"] = app.enqueue_many([("t", {"i": 0}), ("t", {"i": 1}, {"unique_key": "k"}), ("t", {"i": 2})],
-                                             conn=second)
-            second.commit()
-
-        thread = threading.Thread(target=enqueue)
-        thread.start()
-        _wait_until_blocked(db, second.info.backend_pid)
-        first.commit()
-        thread.join(30)
+        ids = _enqueue_behind(app, db, first, second,
+                              [("t", {"i": 0}), ("t", {"i": 1}, {"unique_key": "k"}), ("t", {"i": 2})])
     assert FinishHolderBeforeLookup.fired
-    ids = result["ids"]
     assert ids == sorted(ids) and ids[0] > holder
     assert db.execute("SELECT id, unique_key, state FROM skiplock.jobs ORDER BY id").fetchall() == [
         (holder, "k", "done"), (ids[0], None, "queued"), (ids[1], "k", "queued"), (ids[2], None, "queued")]

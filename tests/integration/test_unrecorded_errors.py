@@ -182,15 +182,20 @@ def test_an_entry_is_kept_only_while_the_job_is_queued_and_its_attempt_is_counte
     assert db.execute("SELECT count(*) FROM skiplock.job_attempts").fetchone()[0] == 0
 
 
-def test_claimed_lease_failure_record_waits_for_a_short_lock_instead_of_looking_lost(app, dsn, db):
-    """A heartbeat (or the rescuer, or a cancellation) holding the running row for a moment must not
-    make the owner's fenced failure record look refused: it waits for the row, then writes."""
-    job_id = app.enqueue("a", {})
-    owner = uuid.uuid4()
+def running_claimed(app, dsn):
+    """A job claimed under a claimed lease and committed 'running': (id, claimed job, attempt, owner)."""
+    job_id, owner = app.enqueue("a", {}), uuid.uuid4()
     with psycopg.connect(dsn) as lease:
         (job,) = claim(app, lease)
         attempt, _ = app.backend.start_claimed(lease, job, owner, 30, "w")
         lease.commit()
+    return job_id, job, attempt, owner
+
+
+def test_claimed_lease_failure_record_waits_for_a_short_lock_instead_of_looking_lost(app, dsn, db):
+    """A heartbeat (or the rescuer, or a cancellation) holding the running row for a moment must not
+    make the owner's fenced failure record look refused: it waits for the row, then writes."""
+    job_id, job, attempt, owner = running_claimed(app, dsn)
     result: dict[str, object] = {}
     with psycopg.connect(dsn) as holder:
         holder.execute("SELECT 1 FROM skiplock.jobs WHERE id = %s FOR UPDATE", [job_id])
@@ -214,12 +219,7 @@ def test_claimed_lease_failure_record_waits_for_a_short_lock_instead_of_looking_
 def test_claimed_lease_failure_record_stays_fenced(app, dsn, db, new_owner):
     """Waiting does not weaken the fence: a job rescued (or re-claimed by another owner) meanwhile is
     not written, and no error is kept for it."""
-    job_id = app.enqueue("a", {})
-    owner = uuid.uuid4()
-    with psycopg.connect(dsn) as lease:
-        (job,) = claim(app, lease)
-        attempt, _ = app.backend.start_claimed(lease, job, owner, 30, "w")
-        lease.commit()
+    job_id, job, attempt, owner = running_claimed(app, dsn)
     with psycopg.connect(dsn) as holder:
         # what the rescuer does, holding the row while the owner's record waits for it
         holder.execute("UPDATE skiplock.jobs SET state = 'queued', owner = NULL, lease_expires_at = NULL "

@@ -75,18 +75,3 @@ def test_batched_claims_drain_exactly_once(app, effects):
     per_job = dict(effects.execute("SELECT job_id, count(*) FROM effects GROUP BY job_id").fetchall())
     assert per_job == {i: 1 for i in ids}
 
-
-def test_one_failing_job_in_a_batch_rolls_back_only_its_own_work(app, effects):
-    @app.task(name="maybe", max_attempts=1)
-    def maybe(job, fail):
-        record(job)
-        if fail:
-            raise RuntimeError("this one fails")
-
-    ids = app.enqueue_many([("maybe", {"fail": i == 4}) for i in range(10)])
-    stats = app.worker(concurrency=1, batch_size=10, batch_budget=60, handle_signals=False,
-                       maintenance=False).run(stop_when_empty=True)
-    assert (stats.done, stats.failed) == (9, 1)
-    done = sorted(r[0] for r in effects.execute("SELECT job_id FROM effects"))
-    assert done == [i for n, i in enumerate(ids) if n != 4]
-    assert app.get_job(ids[4]).state == "failed"
