@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .app import App
+from .backend.postgres.backend import row_of
 
 DEMO_DB = "skiplock_demo"
 
@@ -76,7 +77,7 @@ def run_demo(admin_dsn: str, *, jobs: int = 10_000, workers: int = 4, concurrenc
             done = 0
             deadline = start + 300
             while done < jobs and time.monotonic() < deadline:
-                done = db.execute("SELECT count(*) FROM skiplock.jobs WHERE state = 'done'").fetchone()[0]
+                done = row_of(db.execute("SELECT count(*) FROM skiplock.jobs WHERE state = 'done'"))[0]
                 progress.update(bar, completed=done)
                 if victim.poll() is None and done >= jobs // 3 and not killed_in_flight:
                     killed_in_flight = _kill_with_jobs_in_flight(db, victim)
@@ -109,7 +110,7 @@ def _kill_with_jobs_in_flight(db: psycopg.Connection[Any], victim: subprocess.Po
     victim.send_signal(signal.SIGSTOP)
     for _ in range(2):  # again after a pause: a message still in a socket buffer may arrive late
         deadline = time.monotonic() + 5
-        while db.execute(*sessions).fetchone()[0] and time.monotonic() < deadline:
+        while row_of(db.execute(*sessions))[0] and time.monotonic() < deadline:
             time.sleep(0.005)
         time.sleep(0.05)
     rows = db.execute("SELECT job_id FROM skiplock.job_attempts WHERE worker LIKE %(w)s UNION "
@@ -141,18 +142,18 @@ def _redone(rows: list[tuple[int, int, int]]) -> str:
 
 def _report(dsn: str, jobs: int, victim_pid: int, in_flight: list[int], elapsed: float, console: Console) -> bool:
     with psycopg.connect(dsn, autocommit=True) as db:
-        done, failed, other = db.execute(
+        done, failed, other = row_of(db.execute(
             "SELECT count(*) FILTER (WHERE state = 'done'), count(*) FILTER (WHERE state = 'failed'), "
-            "count(*) FILTER (WHERE state NOT IN ('done', 'failed')) FROM skiplock.jobs").fetchone()
-        effects, distinct_jobs = db.execute("SELECT count(*), count(DISTINCT job_id) FROM demo_effects").fetchone()
-        doubled = db.execute("SELECT count(*) FROM (SELECT job_id FROM demo_effects GROUP BY job_id "
-                             "HAVING count(*) > 1) d").fetchone()[0]
+            "count(*) FILTER (WHERE state NOT IN ('done', 'failed')) FROM skiplock.jobs"))
+        effects, distinct_jobs = row_of(db.execute("SELECT count(*), count(DISTINCT job_id) FROM demo_effects"))
+        doubled = row_of(db.execute("SELECT count(*) FROM (SELECT job_id FROM demo_effects GROUP BY job_id "
+                                    "HAVING count(*) > 1) d"))[0]
         redone = db.execute(
             "SELECT j.id, j.attempts, e.worker_pid FROM skiplock.jobs j JOIN demo_effects e ON e.job_id = j.id "
             "WHERE j.id = ANY(%s) ORDER BY j.id", [in_flight]).fetchall()
-        victim_effects_for_inflight = db.execute(
+        victim_effects_for_inflight = row_of(db.execute(
             "SELECT count(*) FROM demo_effects WHERE job_id = ANY(%s) AND worker_pid = %s", [in_flight, victim_pid]
-        ).fetchone()[0]
+        ))[0]
     checks = [
         ("jobs enqueued", f"{jobs:,}", True),
         ("jobs done", f"{done:,}", done == jobs),

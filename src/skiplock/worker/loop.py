@@ -246,8 +246,8 @@ class Worker:
             for service in self.services:
                 service.stop()
             executor.close()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
         return self.stats
 
     def _take_batch_turn(self) -> bool:

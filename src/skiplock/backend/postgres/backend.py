@@ -92,6 +92,15 @@ class HolderGone(Exception):
     """A key's holder finished before the batch could read its id: undo the attempt and run it again."""
 
 
+
+def row_of(cur: Any) -> Any:
+    """The one row a statement always returns (a CTE ending in an aggregate or a SELECT of values)."""
+    row = cur.fetchone()
+    if row is None:
+        raise RuntimeError("a statement that always returns a row returned none")
+    return row
+
+
 class KeyedBatch:
     """An ``enqueue_many`` call in which some items carry a unique key: what to send and what it
     gave, for any driver (sync: :meth:`PostgresBackend.enqueue_keyed`; asyncio: aio.py). No I/O.
@@ -217,10 +226,10 @@ class PostgresBackend:
             ConnectionPool.check_connection(conn)
             return
         try:
-            readable = select.select([conn.fileno()], [], [], 0)[0]
+            ready = bool(select.select([conn.fileno()], [], [], 0)[0])
         except (OSError, ValueError, psycopg.Error):
-            readable = True
-        if readable:
+            ready = True
+        if ready:
             ConnectionPool.check_connection(conn)
 
     @contextmanager
@@ -277,7 +286,7 @@ class PostgresBackend:
         with self._conn() as conn, conn.transaction():
             conn.execute(self.q["migrate_lock"], {"schema": self.schema})
             conn.execute(bootstrap)
-            current = conn.execute(self.q["schema_version"]).fetchone()[0] or 0
+            current = row_of(conn.execute(self.q["schema_version"]))[0] or 0
             latest = migrations[-1][0]
             if current > latest:
                 raise SchemaError(self._newer_message(current, latest))
@@ -298,7 +307,7 @@ class PostgresBackend:
         latest = load_migrations(self.schema)[1][-1][0]
         with self._conn() as conn:
             try:
-                current = conn.execute(self.q["schema_version"]).fetchone()[0]
+                current = row_of(conn.execute(self.q["schema_version"]))[0]
             except psycopg.errors.UndefinedTable:
                 current = None
         if current is None:
@@ -448,8 +457,8 @@ class PostgresBackend:
         """Count the attempt durably, outside the job's transaction (``conn`` from connect_bookkeeping).
         Returns (attempt number, cancellation reason if one was requested, the previous attempt's error
         if that attempt finished but its outcome is still unrecorded -- see ``record_outcome``)."""
-        row = conn.execute(self.q["start_attempt"], {"id": job.id, "attempts": job.attempts, "worker": worker,
-                                                     "backend_pid": lease_pid}).fetchone()
+        row = row_of(conn.execute(self.q["start_attempt"], {"id": job.id, "attempts": job.attempts, "worker": worker,
+                                                            "backend_pid": lease_pid}))
         return int(row[0]), row[1], row[2]
 
     def start_batch(self, conn: psycopg.Connection[Any], jobs: Sequence[ClaimedJob], worker: str,
@@ -457,9 +466,9 @@ class PostgresBackend:
         """Mark a batch durably, outside its transaction (``conn`` from connect_bookkeeping), before its
         first handler starts. Returns (batch id, suspects: jobs to run alone with a counted attempt,
         {job id: cancellation reason})."""
-        batch, suspects, cancelled, reasons = conn.execute(self.q["start_batch"], {
+        batch, suspects, cancelled, reasons = row_of(conn.execute(self.q["start_batch"], {
             "ids": [j.id for j in jobs], "attempts": [j.attempts for j in jobs], "worker": worker,
-            "backend_pid": lease_pid}).fetchone()
+            "backend_pid": lease_pid}))
         return batch, set(suspects), dict(zip(cancelled, reasons))
 
     def forget_dead_batches(self, conn: psycopg.Connection[Any], job_id: int, batch: int) -> None:
@@ -476,7 +485,7 @@ class PostgresBackend:
                 "ids": [d[0].id for d in done], "attempts": [d[1] for d in done], "results": [d[2] for d in done],
                 "started_at": started_at, "worker": worker, "batch": batch, "prefix": f"{self.schema}:"})
             conn.commit()
-        return set(cur.fetchone()[0])
+        return set(row_of(cur)[0])
 
     def notice(self, job_id: int) -> str:
         """The payload announcing that a job finished, on the fixed channel ``skiplock``."""
@@ -498,9 +507,9 @@ class PostgresBackend:
                  started_at: datetime, worker: str, owner: uuid.UUID | None = None) -> bool:
         """False if the job was not written done (a cancellation was requested, or -- claimed lease --
         the lease is no longer ``owner``'s)."""
-        row = conn.execute(self.q["complete"], {"id": job.id, "attempt": attempt, "result": result_json,
-                                                "started_at": started_at, "worker": worker, "owner": owner,
-                                                "notice": self.notice(job.id)}).fetchone()
+        row = row_of(conn.execute(self.q["complete"], {"id": job.id, "attempt": attempt, "result": result_json,
+                                                       "started_at": started_at, "worker": worker, "owner": owner,
+                                                       "notice": self.notice(job.id)}))
         return bool(row[0])
 
     def record_outcome(self, conn: psycopg.Connection[Any] | None, job: ClaimedJob, attempt: int, *, state: str,
@@ -591,9 +600,9 @@ class PostgresBackend:
     def prune(self, state: str, age_seconds: float, batch: int) -> int | None:
         """Delete one batch; None if another process holds the maintenance lock."""
         with self._conn() as c, c.transaction():
-            if not c.execute(self.q["try_maintenance_lock"], {"schema": self.schema}).fetchone()[0]:
+            if not row_of(c.execute(self.q["try_maintenance_lock"], {"schema": self.schema}))[0]:
                 return None
-            return int(c.execute(self.q["prune"], {"state": state, "age": age_seconds, "batch": batch}).fetchone()[0])
+            return int(row_of(c.execute(self.q["prune"], {"state": state, "age": age_seconds, "batch": batch}))[0])
 
     def prune_ticks(self, age_seconds: float) -> None:
         self._one("prune_ticks", {"age": age_seconds})
