@@ -3,6 +3,7 @@
 from datetime import datetime, timedelta, timezone
 
 import psycopg
+import psycopg.sql
 import pytest
 
 from skiplock import InvalidJob
@@ -115,3 +116,19 @@ def test_a_pooled_connection_ended_by_the_server_is_replaced_not_used(app, db):
     now = {r[0] for r in db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = 'skiplock' "
                                     "AND datname = current_database()").fetchall()}
     assert now and not now & set(pids)
+
+
+def test_an_error_on_a_live_pooled_session_is_not_reported_as_a_lost_connection(app, db):
+    """psycopg files deadlocks and cancelled statements under OperationalError, like a dropped
+    connection; only the latter is DatabaseUnavailable."""
+    from skiplock.errors import DatabaseUnavailable
+
+    db.execute(psycopg.sql.SQL("ALTER DATABASE {} SET statement_timeout = '50ms'").format(
+        psycopg.sql.Identifier(db.info.dbname)))
+    app.close()
+    with pytest.raises(psycopg.errors.QueryCanceled):
+        with app.backend._conn() as conn:
+            conn.execute("SELECT pg_sleep(1)")
+    with pytest.raises(DatabaseUnavailable):
+        with app.backend._conn() as conn:
+            conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")

@@ -16,7 +16,7 @@ import psycopg
 
 from ..errors import DatabaseUnavailable
 
-log = logging.getLogger("skiplock.worker")
+log = logging.getLogger("skiplock.listener")
 
 
 class Listener:
@@ -57,11 +57,12 @@ class Listener:
                             self.notifications += 1
                             self._wake(False)  # one slot; it wakes the next if it finds more
             except (psycopg.Error, DatabaseUnavailable) as exc:
+                self.listening.clear()
                 if self._stopping.is_set():
                     break
                 delay = min(self._max_backoff, max(0.25, delay * 2))
                 self.reconnects += 1
-                log.warning("listener connection lost (%s); reconnecting in %.2fs (slots keep polling)",
+                log.warning("listener connection lost (%s); reconnecting in %.2fs (polling meanwhile)",
                             str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, delay)
                 self._stopping.wait(delay)
             finally:

@@ -49,6 +49,16 @@ CONNECTION_LOST: tuple[type[Exception], ...] = (
 )
 
 
+def session_gone(exc: BaseException) -> bool:
+    """Of the CONNECTION_LOST errors, those that mean the session is gone -- not an error the server
+    reported on a live session that psycopg also files under OperationalError (a deadlock, a
+    serialization failure, a cancelled statement)."""
+    if isinstance(exc, (psycopg.errors.IdleInTransactionSessionTimeout, psycopg.errors.TransactionTimeout)):
+        return True
+    state = getattr(exc, "sqlstate", None)
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
 def describe_dsn(dsn: str) -> str:
     """The DSN without its password, for messages."""
     try:
@@ -246,6 +256,8 @@ class PostgresBackend:
             raise DatabaseUnavailable(f"no connection to PostgreSQL ({describe_dsn(self.dsn)}) within "
                                       f"{CONNECT_TIMEOUT + 5}s") from None
         except CONNECTION_LOST as exc:
+            if not session_gone(exc):
+                raise
             raise DatabaseUnavailable(f"lost the connection to PostgreSQL ({describe_dsn(self.dsn)}): "
                                       f"{one_line(exc)}") from None
 
