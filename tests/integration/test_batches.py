@@ -208,3 +208,37 @@ def test_batches_of_jobs_that_wait_run_on_every_slot(app, dsn):
     batches do not take turns: several run at once even with batch_slots=1."""
     seen = batches_seen_by_handlers(app, dsn, 400, 0.003, concurrency=4, batch_size=8, batch_slots=1)
     assert max(seen) >= 2
+
+
+def test_a_failure_recorded_in_a_batch_survives_a_later_job_rolling_back_to_its_savepoint(app, dsn):
+    """Job A does not touch the database and fails: its failure is written in the batch's transaction.
+    Job B, later in the same batch, writes and fails: rolling back to B's savepoint must not take A's
+    record with it (A would then run again)."""
+    runs: dict[str, int] = {}
+    seen_from_outside: list[str] = []
+
+    @app.task(name="quiet", max_attempts=1)
+    def quiet(job, name):
+        runs[name] = runs.get(name, 0) + 1
+        raise RuntimeError(f"{name} fails quietly")
+
+    @app.task(name="loud", max_attempts=1)
+    def loud(job, name, other=None):
+        runs[name] = runs.get(name, 0) + 1
+        job.conn.execute("SELECT 1")
+        if other is not None:  # A's failure is not committed yet: A and B share B's transaction
+            with psycopg.connect(dsn) as outside:
+                seen_from_outside.append(outside.execute("SELECT state FROM skiplock.jobs WHERE id = %s",
+                                                         [other]).fetchone()[0])
+        raise RuntimeError(f"{name} fails loudly")
+
+    app.task(name="noop")(lambda job: None)
+    # The claim size ramps 1, 2, 4 while each task is measured alone once; then A and B share a claim.
+    app.enqueue_many([("quiet", {"name": "warm-q"}), ("loud", {"name": "warm-l"})] + [("noop", {})] * 3)
+    a = app.enqueue("quiet", {"name": "A"})
+    b = app.enqueue("loud", {"name": "B", "other": a})
+    run_until_empty(app, concurrency=1, batch_size=4)
+    assert seen_from_outside == ["queued"], "A and B did not run in one batch: nothing was tested"
+    assert runs["A"] == 1 and runs["B"] == 1, runs
+    assert app.get_job(a).state == "failed" and "A fails quietly" in app.get_job(a).last_error
+    assert app.get_job(b).state == "failed" and "B fails loudly" in app.get_job(b).last_error

@@ -231,6 +231,8 @@ class Executor:
                 if touched:
                     outcome = self._still_leased(conn, task, attempt, claimed, outcome)
                 outcome = self._write(conn, claimed, attempt, outcome, started_at, slot, touched)
+                # That write follows the savepoint the claim sent: a later job must not roll back to it.
+                savepoint_ready = False
             if conn.closed:  # the lease was ended on purpose; only this job's outcome was recorded
                 return BatchRun([outcome])
             outcomes.append(outcome)
