@@ -242,3 +242,42 @@ def test_a_failure_recorded_in_a_batch_survives_a_later_job_rolling_back_to_its_
     assert runs["A"] == 1 and runs["B"] == 1, runs
     assert app.get_job(a).state == "failed" and "A fails quietly" in app.get_job(a).last_error
     assert app.get_job(b).state == "failed" and "B fails loudly" in app.get_job(b).last_error
+
+
+def test_every_kind_of_outcome_in_one_batch(app, dsn, effects):
+    """Done, done with a write, retry, snooze and a result that is not JSON, in one transaction: each
+    is written as it would be alone, and only the writing job's effect exists."""
+    from skiplock import Retry, Snooze
+
+    seen_from_outside: list[str] = []
+
+    @app.task(name="mixed")
+    def mixed(job, do, first=None):
+        if do == "retry":
+            raise Retry(in_=3600)
+        if do == "snooze":
+            raise Snooze(3600)
+        if do == "badresult":
+            return {"not": object()}
+        if do == "write":
+            record(job)
+            with psycopg.connect(dsn) as outside:  # the batch's first job is not committed yet
+                seen_from_outside.append(outside.execute("SELECT state FROM skiplock.jobs WHERE id = %s",
+                                                         [first]).fetchone()[0])
+            return {"wrote": True}
+        return None
+
+    app.enqueue_many([("mixed", {"do": "ok"})] * 7)  # measured; the claim size ramps 1, 2, 4, then 8
+    ids = app.enqueue_many([("mixed", {"do": d}) for d in ("ok", "retry", "snooze", "badresult")])
+    ids.append(app.enqueue("mixed", {"do": "write", "first": ids[0]}))
+    run_until_empty(app, concurrency=1, batch_size=8)
+    assert seen_from_outside == ["queued"], "the jobs did not share a batch: nothing was tested"
+    ok, retry, snooze, bad, write = (app.get_job(i) for i in ids)
+    assert (ok.state, ok.attempts) == ("done", 1)
+    assert (retry.state, retry.attempts) == ("queued", 1) and "retry" in retry.last_error.lower()
+    assert (snooze.state, snooze.attempts) == ("queued", 0) and snooze.last_error is None
+    assert (bad.state, bad.attempts) == ("queued", 1) and "JSON" in bad.last_error
+    assert (write.state, write.attempts, write.result) == ("done", 1, {"wrote": True})
+    for job in (retry, snooze, bad):
+        assert job.run_at > ok.finished_at
+    assert [r[0] for r in effects.execute("SELECT job_id FROM effects").fetchall()] == [ids[4]]
