@@ -10,6 +10,7 @@ import time
 import psycopg
 import pytest
 
+from skiplock.worker.executor import Executor
 from skiplock.worker.loop import ClaimSize
 from test_worker import wait_for
 
@@ -18,6 +19,23 @@ from test_worker import wait_for
 def effects(db):
     db.execute("CREATE TABLE effects (job_id bigint NOT NULL, xact xid8 NOT NULL)")
     return db
+
+
+@pytest.fixture
+def batched_at_once(monkeypatch):
+    """Slots claim ``batch_size`` jobs from their first claim on, and every task counts as fast, so the
+    batches are exactly jobs 1..N, N+1..2N, ... of the queue (the ramp and the measuring of tasks are
+    tested on their own, below)."""
+
+    def start_full(self, maximum):
+        self.maximum, self.value, self.instant = maximum, maximum, True
+
+    def alone(self, name):
+        task = self.app.tasks.get(name)
+        return task is not None and (task.lease == "claimed" or task.timeout is not None)
+
+    monkeypatch.setattr(ClaimSize, "__init__", start_full)
+    monkeypatch.setattr(Executor, "alone", alone)
 
 
 def record(job) -> None:
@@ -54,7 +72,7 @@ def test_fast_jobs_share_commits_and_each_is_done_once(app, db):
     assert db.execute("SELECT count(*) FROM skiplock.job_attempts").fetchone()[0] == 0
 
 
-def test_a_failing_job_rolls_back_only_its_own_work_inside_a_shared_transaction(app, effects):
+def test_a_failing_job_rolls_back_only_its_own_work_inside_a_shared_transaction(app, effects, batched_at_once):
     @app.task(name="maybe", max_attempts=1)
     def maybe(job, fail):
         record(job)
@@ -62,21 +80,21 @@ def test_a_failing_job_rolls_back_only_its_own_work_inside_a_shared_transaction(
             raise RuntimeError("this one fails")
 
     ids = app.enqueue_many([("maybe", {"fail": n == 10}) for n in range(16)])
-    stats = run_until_empty(app, concurrency=1, batch_size=16)
+    stats = run_until_empty(app, concurrency=1, batch_size=8)
     assert (stats.done, stats.failed) == (15, 1)
     rows = effects.execute("SELECT job_id, xact::text FROM effects ORDER BY job_id").fetchall()
     assert [r[0] for r in rows] == ids[:10] + ids[11:]  # the failed job's insert is gone, nobody else's
     xact = dict(rows)
-    # The claim size ramps 1, 2, 4, 8: jobs 7..14 are one batch (one claim, in id order), so the
-    # failing job 10 ran between batch-mates that committed together.
-    mates = [i for i in ids[7:15] if i != ids[10]]
+    # Jobs 8..15 are one batch (one claim, in id order): the failing job 10 ran between batch-mates
+    # that committed together.
+    mates = [i for i in ids[8:] if i != ids[10]]
     assert len({xact[i] for i in mates}) == 1, "the failing job's batch-mates did not share a transaction"
-    assert xact[ids[6]] != xact[ids[7]] != xact[ids[15]]
+    assert len({xact[i] for i in ids[:8]}) == 1 and xact[ids[0]] != xact[ids[8]]
     failed = app.get_job(ids[10])
     assert failed.state == "failed" and "this one fails" in failed.last_error
 
 
-def test_a_cancellation_requested_while_a_batch_runs_wins_over_done(app, db, dsn):
+def test_a_cancellation_requested_while_a_batch_runs_wins_over_done(app, db, dsn, batched_at_once):
     started = []
 
     @app.task(name="step")
@@ -87,16 +105,15 @@ def test_a_cancellation_requested_while_a_batch_runs_wins_over_done(app, db, dsn
                 other.execute("INSERT INTO skiplock.job_cancellations (job_id, reason) VALUES (%s, 'changed my mind')",
                               [cancel])
 
-    warm = app.enqueue_many([("step", {})] * 7)  # ramps the claim size to 8
     ids = app.enqueue_many([("step", {})] * 3)
     last = app.enqueue("step", {"cancel": ids[1]})
-    stats = run_until_empty(app, concurrency=1, batch_size=8)
-    assert set(started) == set(warm + ids + [last])
+    stats = run_until_empty(app, concurrency=1, batch_size=4)  # all four in one batch
+    assert started == ids + [last]
     cancelled = app.get_job(ids[1])
     assert cancelled.state == "cancelled", cancelled
     assert "changed my mind" in cancelled.last_error
-    assert [app.get_job(i).state for i in warm + [ids[0], ids[2], last]] == ["done"] * 10
-    assert (stats.done, stats.cancelled) == (10, 1)
+    assert [app.get_job(i).state for i in [ids[0], ids[2], last]] == ["done"] * 3
+    assert (stats.done, stats.cancelled) == (3, 1)
     assert db.execute("SELECT count(*) FROM skiplock.job_cancellations").fetchone()[0] == 0
 
 
@@ -126,7 +143,7 @@ def test_slow_jobs_are_claimed_one_at_a_time(app):
         thread.join(30)
 
 
-def test_cancelling_a_job_in_a_batch_reruns_its_batch_mates_alone(app, db, effects):
+def test_cancelling_a_job_in_a_batch_reruns_its_batch_mates_alone(app, db, effects, batched_at_once):
     """cancel_job ends the session holding the job's batch: the whole batch rolls back; the
     cancelled job ends cancelled, every other job of the batch runs again, alone, with a counted
     attempt -- and nothing is done twice."""
@@ -140,7 +157,6 @@ def test_cancelling_a_job_in_a_batch_reruns_its_batch_mates_alone(app, db, effec
             target.append(job.id)
             release.wait(30)
 
-    warm = app.enqueue_many([("work", {})] * 7)
     before = app.enqueue_many([("work", {})] * 3)
     blocker = app.enqueue("work", {"block": True})
     after = app.enqueue_many([("work", {})] * 4)
@@ -154,14 +170,14 @@ def test_cancelling_a_job_in_a_batch_reruns_its_batch_mates_alone(app, db, effec
         assert blocker in batch and set(before) <= set(batch), batch  # it really is running in a batch
         assert app.cancel_job(blocker, wait=10) == "cancelled"
         release.set()
-        every = warm + before + after
+        every = before + after
         wait_for(lambda: all(app.get_job(i).state == "done" for i in every))
     finally:
         release.set()
         worker.stop()
         thread.join(30)
     per_job = dict(effects.execute("SELECT job_id, count(*) FROM effects GROUP BY 1").fetchall())
-    assert per_job == {i: 1 for i in warm + before + after}
+    assert per_job == {i: 1 for i in before + after}
     for i in before:  # rolled back with the batch, then run alone: one counted attempt
         assert app.get_job(i).attempts == 1
     assert app.get_job(blocker).state == "cancelled"
@@ -210,7 +226,7 @@ def test_batches_of_jobs_that_wait_run_on_every_slot(app, dsn):
     assert max(seen) >= 2
 
 
-def test_a_failure_recorded_in_a_batch_survives_a_later_job_rolling_back_to_its_savepoint(app, dsn):
+def test_a_failure_recorded_in_a_batch_survives_a_later_job_rolling_back_to_its_savepoint(app, dsn, batched_at_once):
     """Job A does not touch the database and fails: its failure is written in the batch's transaction.
     Job B, later in the same batch, writes and fails: rolling back to B's savepoint must not take A's
     record with it (A would then run again)."""
@@ -232,9 +248,6 @@ def test_a_failure_recorded_in_a_batch_survives_a_later_job_rolling_back_to_its_
                                                          [other]).fetchone()[0])
         raise RuntimeError(f"{name} fails loudly")
 
-    app.task(name="noop")(lambda job: None)
-    # The claim size ramps 1, 2, 4 while each task is measured alone once; then A and B share a claim.
-    app.enqueue_many([("quiet", {"name": "warm-q"}), ("loud", {"name": "warm-l"})] + [("noop", {})] * 3)
     a = app.enqueue("quiet", {"name": "A"})
     b = app.enqueue("loud", {"name": "B", "other": a})
     run_until_empty(app, concurrency=1, batch_size=4)
@@ -244,7 +257,7 @@ def test_a_failure_recorded_in_a_batch_survives_a_later_job_rolling_back_to_its_
     assert app.get_job(b).state == "failed" and "B fails loudly" in app.get_job(b).last_error
 
 
-def test_every_kind_of_outcome_in_one_batch(app, dsn, effects):
+def test_every_kind_of_outcome_in_one_batch(app, dsn, effects, batched_at_once):
     """Done, done with a write, retry, snooze and a result that is not JSON, in one transaction: each
     is written as it would be alone, and only the writing job's effect exists."""
     from skiplock import Retry, Snooze
@@ -267,7 +280,6 @@ def test_every_kind_of_outcome_in_one_batch(app, dsn, effects):
             return {"wrote": True}
         return None
 
-    app.enqueue_many([("mixed", {"do": "ok"})] * 7)  # measured; the claim size ramps 1, 2, 4, then 8
     ids = app.enqueue_many([("mixed", {"do": d}) for d in ("ok", "retry", "snooze", "badresult")])
     ids.append(app.enqueue("mixed", {"do": "write", "first": ids[0]}))
     run_until_empty(app, concurrency=1, batch_size=8)

@@ -90,6 +90,7 @@ class BatchRun:
     outcomes: list[Outcome]
     out_of_time: bool = False
     seconds_per_job: float | None = None  # a batch's mean time per job, its claim and COMMIT left out
+    alone: bool = False  # the claim's first job had to run alone (see Executor.alone)
 
 
 class Executor:
@@ -155,10 +156,11 @@ class Executor:
         outcomes that are durable. The claim already sent a SAVEPOINT (same round trip). A job that
         must run alone (see ``alone``) runs alone: first, or not in this transaction (the jobs not
         started are released untouched by the COMMIT)."""
-        if self.alone(batch[0].task):
+        alone = self.alone(batch[0].task)
+        if alone:
             task = self.app.tasks[batch[0].task]
             if task.lease == "claimed":
-                return BatchRun([self.run_claimed(conn, batch[0], task, slot)])
+                return BatchRun([self.run_claimed(conn, batch[0], task, slot)], alone=True)
             batch = batch[:1]
         else:
             for n in range(1, len(batch)):
@@ -170,7 +172,7 @@ class Executor:
         outcome = self.run(conn, batch[0], slot, savepoint_taken=True)
         if not conn.closed:
             conn.commit()
-        return BatchRun([outcome])
+        return BatchRun([outcome], alone=alone)
 
     def _run_many(self, conn: psycopg.Connection[Any], batch: list[ClaimedJob], slot: str, budget: float,
                   stopping: threading.Event) -> BatchRun:

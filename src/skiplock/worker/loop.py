@@ -90,7 +90,9 @@ class ClaimSize:
         self.instant = True
 
     def after(self, claimed: int, run: BatchRun) -> None:
-        if run.out_of_time:
+        if run.alone:  # slow (or not yet measured) jobs: keep claiming one at a time
+            self.value = 1
+        elif run.out_of_time:
             self.value = max(1, len(run.outcomes))
         elif claimed >= self.value:
             self.value = min(self.maximum, self.value * 2)
