@@ -293,3 +293,30 @@ def test_every_kind_of_outcome_in_one_batch(app, dsn, effects, batched_at_once):
     for job in (retry, snooze, bad):
         assert job.run_at > ok.finished_at
     assert [r[0] for r in effects.execute("SELECT job_id FROM effects").fetchall()] == [ids[4]]
+
+
+def test_a_stuck_batch_does_not_stop_the_other_slots(app, batched_at_once):
+    """A near-instant task hangs once, in a batch that holds the only batch turn: the other slot stops
+    waiting for the turn after a few batch budgets and claims one job at a time meanwhile."""
+    release = threading.Event()
+
+    @app.task(name="quick")
+    def quick(job, hang=False):
+        if hang:
+            release.wait(30)
+
+    stuck = app.enqueue_many([("quick", {"hang": True})] + [("quick", {})] * 3)  # one claim of 4
+    later = app.enqueue_many([("quick", {})] * 3)
+    worker = app.worker(concurrency=2, batch_size=4, batch_slots=1, poll_interval=0.05, handle_signals=False,
+                        maintenance=False)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_for(lambda: all(app.get_job(i).state == "done" for i in later), timeout=20)
+        assert app.get_job(stuck[0]).state == "queued"  # still hanging, its batch not committed
+        release.set()
+        wait_for(lambda: all(app.get_job(i).state == "done" for i in stuck), timeout=20)
+    finally:
+        release.set()
+        worker.stop()
+        thread.join(30)

@@ -253,20 +253,26 @@ class Worker:
         return self.stats
 
     def _take_batch_turn(self) -> bool:
-        """Wait for a turn to claim a batch (see ``batch_slots``); False if the worker is stopping."""
-        while not self._stopping.is_set():
-            if self._batch_turns.acquire(timeout=self.poll_interval):
-                return True
-        return False
+        """Wait for a turn to claim a batch (see ``batch_slots``). False if none came within a few
+        batch budgets -- a batch is taking far longer than its jobs used to (a hung handler, say): this
+        slot then claims one job at a time meanwhile, so one stuck batch never stops the others."""
+        return self._batch_turns.acquire(timeout=max(0.2, 4 * self.batch_budget))
 
     def _claim(self, conn: psycopg.Connection[Any], size: ClaimSize, executor: Executor) -> tuple[list[Any], bool]:
         """Claim the next job(s) in a new transaction on ``conn``. Returns them, and whether this slot
         now holds a batch turn (only while it has a batch of fast jobs to run; see ``batch_slots``)."""
-        turn = size.value > 1 and size.instant
-        if turn and not self._take_batch_turn():
-            return [], False  # stopping
+        limit = size.value
+        turn = limit > 1 and size.instant
+        if turn:
+            turn = self._take_batch_turn()
+            if not turn:
+                limit = 1
+            if self._stopping.is_set():
+                if turn:
+                    self._batch_turns.release()
+                return [], False
         try:
-            claimed = self.app.backend.claim(conn, self.queues, size.value, savepoint=True)
+            claimed = self.app.backend.claim(conn, self.queues, limit, savepoint=True)
             if len(claimed) > 1 and executor.alone(claimed[0].task):
                 # A job that runs alone came first: let the others go at once, take one.
                 size.alone()
