@@ -145,7 +145,10 @@ class Worker:
         if isinstance(batch_slots, bool) or not isinstance(batch_slots, int) or batch_slots < 1:
             raise ValueError(f"batch_slots must be a positive integer, got {batch_slots!r}")
         self.batch_slots = batch_slots
+        # A batch turn held this long is stuck (a batch of near-instant jobs takes milliseconds).
+        self.stuck_after = max(1.0, 20 * self.batch_budget)
         self._batch_turns = threading.BoundedSemaphore(batch_slots)
+        self._turns_taken: dict[int, float] = {}  # slot index -> when it took its batch turn
         self.rescue_interval = rescue_interval
         self.listen = listen
         self.listener: Listener | None = None
@@ -252,24 +255,37 @@ class Worker:
                 signal.signal(signum, handler)
         return self.stats
 
-    def _take_batch_turn(self) -> bool:
-        """Wait for a turn to claim a batch (see ``batch_slots``). False if none came within a few
-        batch budgets -- a batch is taking far longer than its jobs used to (a hung handler, say): this
-        slot then claims one job at a time meanwhile, so one stuck batch never stops the others."""
-        return self._batch_turns.acquire(timeout=max(0.2, 4 * self.batch_budget))
+    def _take_batch_turn(self, index: int) -> bool:
+        """Wait for a turn to claim a batch (see ``batch_slots``). False if the worker is stopping, or
+        if a turn has been held for more than ``stuck_after`` seconds -- far longer than a batch of
+        near-instant jobs takes (a hung handler, say): this slot then claims one job at a time
+        meanwhile, so one stuck batch never stops the process's other slots."""
+        while not self._stopping.is_set():
+            if self._batch_turns.acquire(timeout=0.05):
+                self._turns_taken[index] = time.monotonic()
+                return True
+            oldest = min(self._turns_taken.values(), default=None)
+            if oldest is not None and time.monotonic() - oldest > self.stuck_after:
+                return False
+        return False
 
-    def _claim(self, conn: psycopg.Connection[Any], size: ClaimSize, executor: Executor) -> tuple[list[Any], bool]:
+    def _give_batch_turn(self, index: int) -> None:
+        self._turns_taken.pop(index, None)
+        self._batch_turns.release()
+
+    def _claim(self, conn: psycopg.Connection[Any], size: ClaimSize, executor: Executor,
+               index: int) -> tuple[list[Any], bool]:
         """Claim the next job(s) in a new transaction on ``conn``. Returns them, and whether this slot
         now holds a batch turn (only while it has a batch of fast jobs to run; see ``batch_slots``)."""
         limit = size.value
         turn = limit > 1 and size.instant
         if turn:
-            turn = self._take_batch_turn()
+            turn = self._take_batch_turn(index)
             if not turn:
                 limit = 1
             if self._stopping.is_set():
                 if turn:
-                    self._batch_turns.release()
+                    self._give_batch_turn(index)
                 return [], False
         try:
             claimed = self.app.backend.claim(conn, self.queues, limit, savepoint=True)
@@ -280,10 +296,10 @@ class Worker:
                 claimed = self.app.backend.claim(conn, self.queues, 1, savepoint=True)
         except BaseException:
             if turn:
-                self._batch_turns.release()
+                self._give_batch_turn(index)
             raise
         if turn and len(claimed) <= 1:  # no batch to run: the turn is someone else's
-            self._batch_turns.release()
+            self._give_batch_turn(index)
             turn = False
         return claimed, turn
 
@@ -303,7 +319,7 @@ class Worker:
                         self._conns[index] = conn
                         if delay:
                             log.warning("slot %s: reconnected to the database", slot_name)
-                    claimed, turn = self._claim(conn, size, executor)
+                    claimed, turn = self._claim(conn, size, executor, index)
                     try:
                         if not claimed:
                             conn.rollback()
@@ -323,7 +339,7 @@ class Worker:
                             self._busy.discard(index)
                     finally:
                         if turn:
-                            self._batch_turns.release()
+                            self._give_batch_turn(index)
                     delay = 0.0
                 except Exception as exc:  # noqa: BLE001 - a slot never dies; it reconnects with backoff
                     if self.stats.aborted:
