@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import random
 import threading
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
+from typing import Iterator
 from email.utils import format_datetime
 
 import psycopg
@@ -20,6 +22,21 @@ from skiplock.outbox import EnqueueJobSink, HttpSink
 from skiplock.outbox.sinks import parse_retry_after
 from skiplock.outbox.policy import DEFAULT_RETRY
 from skiplock.retry import Constant
+
+
+@contextmanager
+def running(relays, sinks, apps) -> Iterator[None]:
+    """Relays started (in threads) for the block; then stopped, and their sinks and apps closed."""
+    try:
+        for r in relays:
+            r.start()
+        yield
+    finally:
+        for r in relays:
+            r.stop()
+        for s, a in zip(sinks, apps):
+            s.close()
+            a.close()
 
 
 @pytest.fixture
@@ -74,18 +91,10 @@ def test_two_relays_running_together_deliver_each_message_once(dsn, db, app, rec
     sinks = [HttpSink(receiver.url, timeout=60) for _ in range(2)]
     relays = [a.relay(s, batch_size=50, concurrency=8, poll_interval=0.02, name=f"relay-{i}")
               for i, (a, s) in enumerate(zip(apps, sinks))]
-    try:
-        for r in relays:
-            r.start()
+    with running(relays, sinks, apps):
         wait_for(lambda: all(r.idle.is_set() for r in relays), 10, "both relays to be polling")
         app.outbox.put_many([("t", {"i": i}) for i in range(2000)])
         wait_for(lambda: all_sent(db, 2000), 60, "2000 messages sent", on_timeout=lambda: str(states(db)))
-    finally:
-        for r in relays:
-            r.stop()
-        for s, a in zip(sinks, apps):
-            s.close()
-            a.close()
     per_message = deliveries_by_message(receiver)
     assert len(per_message) == 2000 and set(per_message.values()) == {1}, "a message was delivered twice"
     assert receiver.effect_count() == 2000
@@ -237,16 +246,8 @@ def test_per_key_ordering_delivers_one_at_a_time_in_commit_order(app, dsn, db, r
     sinks = [HttpSink(receiver.url, timeout=60) for _ in range(2)]
     relays = [a.relay(s, batch_size=10, concurrency=8, poll_interval=0.01, retry=Constant(0.02))
               for a, s in zip(apps, sinks)]
-    try:
-        for r in relays:
-            r.start()
+    with running(relays, sinks, apps):
         wait_for(lambda: all_sent(db, 80), 30, "80 messages sent", on_timeout=lambda: str(states(db)))
-    finally:
-        for r in relays:
-            r.stop()
-        for s, a in zip(sinks, apps):
-            s.close()
-            a.close()
     assert receiver.max_in_flight_per_key == 1, "two messages of one key were in flight at once"
     applied = receiver.effects()
     assert len(applied) == 80
