@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 30.0, what: str = "a condition", interval: float = 0.02,
@@ -77,3 +78,19 @@ class ChildProcess:
         except subprocess.TimeoutExpired:
             raise AssertionError(f"{self.kind} {self.pid} did not exit within {timeout}s; its log (tail):\n"
                                  f"{self.output()[-4000:]}") from None
+
+
+def kill_all(procs: Sequence[ChildProcess]) -> None:
+    """SIGKILL every child still running (continued first, in case a test stopped it), then reap them."""
+    for p in procs:
+        if p.alive():
+            try:
+                p.proc.send_signal(signal.SIGCONT)
+                p.proc.send_signal(signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for p in procs:
+        try:
+            p.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass

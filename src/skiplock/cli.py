@@ -107,6 +107,16 @@ def cli(ctx: click.Context, dsn: str | None, data_dir: str | None, schema: str |
     ctx.obj = Context(dsn, data_dir, schema, quiet)
 
 
+
+def json_option(option: str, text: str) -> Any:
+    """The value of a JSON command-line option, or a clear one-line error (exit 2)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        fail(f"{option} is not valid JSON: {exc}")
+    except RecursionError:
+        fail(f"{option} is nested too deeply")
+
 @cli.command()
 @click.pass_obj
 @handle_errors
@@ -150,12 +160,7 @@ def enqueue(obj: Context, task: str, args_json: str, args_file: Any, queue: str 
     """Enqueue one job of TASK and print its id."""
     if args_file is not None:
         args_json = args_file.read()
-    try:
-        args = json.loads(args_json)
-    except json.JSONDecodeError as exc:
-        fail(f"--args is not valid JSON: {exc}")
-    except RecursionError:
-        fail("--args is nested too deeply")
+    args = json_option("--args", args_json)
     app = obj.app(app_spec)
     if app_spec:
         app.get_task(task)  # UnknownTask -> clear error

@@ -11,7 +11,7 @@ import click
 from rich.table import Table
 
 from .app import App
-from .cli import Context, cli, console, fail, handle_errors, import_object
+from .cli import Context, cli, console, fail, handle_errors, import_object, json_option
 
 OUTBOX_STATES = ("pending", "delivering", "sent", "failed")
 OUTBOX_STYLE = {"pending": "cyan", "delivering": "yellow", "sent": "green", "failed": "red"}
@@ -169,12 +169,7 @@ def outbox_show(obj: Context, message_id: int) -> None:
 def outbox_put(obj: Context, topic: str, payload_json: str, key: str | None, idempotency_key: str | None,
                max_attempts: int | None) -> None:
     """Store one message (committed at once) and print its id and idempotency key."""
-    try:
-        payload = json.loads(payload_json)
-    except json.JSONDecodeError as exc:
-        fail(f"--payload is not valid JSON: {exc}")
-    except RecursionError:
-        fail("--payload is nested too deeply")
+    payload = json_option("--payload", payload_json)
     ref = obj.app().outbox.put(topic, payload, key, idempotency_key=idempotency_key, max_attempts=max_attempts)
     console.print(f"{ref.id} {ref.idempotency_key}", markup=False)
 

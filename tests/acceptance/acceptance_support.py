@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import psycopg
-from support import ChildProcess, cli_argv, wait_for  # noqa: F401 - re-exported for the tests
+from support import ChildProcess, cli_argv, wait_for, kill_all  # noqa: F401 - re-exported for the tests
 from support import cli_env as _cli_env
 from support import run_cli as _run_cli
 
@@ -66,14 +66,7 @@ class Spawner:
         return wp
 
     def cleanup(self) -> None:
-        for wp in self.procs:
-            if wp.alive():
-                wp.proc.send_signal(signal.SIGKILL)
-        for wp in self.procs:
-            try:
-                wp.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+        kill_all(self.procs)
 
 
 def scalar(db: psycopg.Connection[Any], query: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Any:

@@ -22,7 +22,7 @@ import psycopg
 from psycopg import conninfo
 
 from skiplock import embedded
-from support import ChildProcess, cli_argv, wait_for  # noqa: F401 - re-exported for the tests
+from support import ChildProcess, cli_argv, wait_for, kill_all  # noqa: F401 - re-exported for the tests
 from support import cli_env as _cli_env
 from support import run_cli as _run_cli
 
@@ -145,18 +145,7 @@ class Workers:
         return {wp.pid: wp.wait() for wp in procs}
 
     def cleanup(self) -> None:
-        for wp in self.procs:
-            if wp.alive():
-                try:
-                    wp.proc.send_signal(signal.SIGCONT)
-                    wp.proc.send_signal(signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        for wp in self.procs:
-            try:
-                wp.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+        kill_all(self.procs)
 
 
 def serving_pids(db: psycopg.Connection[Any]) -> set[int]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from skiplock.retry import Constant
-from support import ChildProcess, wait_for  # noqa: F401 - re-exported for the tests
+from support import ChildProcess, wait_for, kill_all  # noqa: F401 - re-exported for the tests
 
 FAST_RETRY = Constant(0.05)  # retries due almost at once, so a retry test takes milliseconds
 
@@ -65,11 +65,4 @@ class RelaySpawner:
         return rp
 
     def cleanup(self) -> None:
-        for rp in self.procs:
-            if rp.proc.poll() is None:
-                rp.proc.send_signal(signal.SIGKILL)
-        for rp in self.procs:
-            try:
-                rp.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+        kill_all(self.procs)
