@@ -10,7 +10,7 @@ import sys
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import psycopg
 import pytest
@@ -108,3 +108,19 @@ def cli_env() -> dict[str, str]:
 
 
 PYTHON = sys.executable
+
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """In CI (``CI`` set, as .ci/run runs), a skipped test fails the run: every server a test needs is
+    installed and started by the test set-up there, so nothing may be skipped."""
+    if not os.environ.get("CI"):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter is not None else []
+    if skipped:
+        reporter.write_line(f"CI: {len(skipped)} test(s) skipped; in CI every test must run:", red=True)
+        for report in skipped:
+            reporter.write_line(f"  {report.nodeid}: {report.longrepr}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
