@@ -17,7 +17,7 @@ from .backend.postgres.backend import KeyedBatch
 from .errors import (ConfigurationError, DuplicateJob, InvalidJob, JobFailed, JobNotFound, UnknownQueue,
                      UnknownTask, WaitTimeout)
 from .job import Job, JobState
-from .retry import RetryPolicy, as_policy
+from .retry import MAX_DELAY, RetryPolicy, as_policy, check_delay  # noqa: F401 - MAX_DELAY: public here too
 
 if TYPE_CHECKING:
     from .maintenance.periodic import Schedule
@@ -33,7 +33,6 @@ DEFAULT_MAX_RESULT_BYTES = 1 << 20
 INT32 = (-(2**31), 2**31 - 1)
 # Matches the CHECK on jobs.run_at: every client can read these times back.
 RUN_AT_RANGE = (datetime(1900, 1, 1, tzinfo=timezone.utc), datetime(9000, 1, 1, tzinfo=timezone.utc))
-MAX_DELAY = 100 * 365 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -92,10 +91,13 @@ def _has_nul(value: Any) -> bool:
     return False
 
 
-def to_json(value: Any, what: str, limit: int, error: type[Exception] = InvalidJob) -> str:
+def to_json(value: Any, what: str, limit: int, error: type[Exception] = InvalidJob,
+            setting: str = "App(max_args_bytes=...)") -> str:
     """Compact JSON text that PostgreSQL's jsonb accepts, or ``error`` saying exactly why not (NaN or
-    Infinity, not serialisable, a lone surrogate, a NUL character, over ``limit`` bytes). Checked
-    before any SQL runs, so a rejected value never aborts the caller's transaction."""
+    Infinity, not serialisable, a lone surrogate, a NUL character, over ``limit`` bytes -- the
+    ``setting`` that sets it). Checked before any SQL runs, so a rejected value never aborts the
+    caller's transaction. The one definition of a storable JSON value: job args, job results and
+    outbox payloads all go through it."""
     try:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
         text.encode("utf-8")
@@ -109,7 +111,7 @@ def to_json(value: Any, what: str, limit: int, error: type[Exception] = InvalidJ
         raise error(f"{what}: a NUL character (\\u0000), which PostgreSQL jsonb cannot store")
     size = len(text.encode("utf-8"))
     if size > limit:
-        raise error(f"{what}: {size:,} bytes as JSON; the limit is {limit:,} (App(max_args_bytes=...))")
+        raise error(f"{what}: {size:,} bytes as JSON; the limit is {limit:,} ({setting})")
     return text
 
 
@@ -362,10 +364,10 @@ class App:
         if delay is not None:
             if run_at is not None:
                 raise InvalidJob("give run_at or delay, not both")
-            seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-            if (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds)
-                    or not 0 <= seconds <= MAX_DELAY):
-                raise InvalidJob(f"delay must be a number of seconds between 0 and {MAX_DELAY:,.0f} (100 years), got {delay!r}")
+            try:
+                seconds = check_delay(delay.total_seconds() if isinstance(delay, timedelta) else delay, "delay")
+            except ValueError as exc:
+                raise InvalidJob(str(exc)) from None
             run_at = datetime.now(timezone.utc) + timedelta(seconds=seconds)
         return NewJob(
             task=task,
