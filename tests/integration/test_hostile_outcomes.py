@@ -55,6 +55,11 @@ class Unserialisable:
     pass
 
 
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no message for you")
+
+
 def _policy_inf(attempt, error):
     return INF
 
@@ -76,6 +81,7 @@ HOSTILE = {
     "snooze_huge": (lambda job: _raise(Snooze(1e300)), {}, "failed", ["Snooze(seconds)", "1e+300"]),
     "policy_inf": (lambda job: _raise(RuntimeError("boom")), {"retry": _policy_inf, "max_attempts": 3}, "failed",
                    ["RuntimeError: boom", "retry policy", "inf"]),
+    "raises_unprintable": (lambda job: _raise(Unprintable()), {}, "failed", ["Unprintable: <str() failed"]),
     "cancel_nul": (lambda job: _raise(Cancel("why\x00not \ud800")), {}, "cancelled", ["why\\x00not \\ud800"]),
 }
 

@@ -78,9 +78,18 @@ def storable_text(text: str) -> str:
     return text
 
 
+def describe(exc: BaseException) -> str:
+    """``Type: message`` as storable text, even for an exception whose ``str()`` fails."""
+    try:
+        message = str(exc)
+    except Exception as failed:  # noqa: BLE001 - a hostile __str__ must not take the slot down
+        message = f"<str() failed: {type(failed).__qualname__}>"
+    return storable_text(f"{type(exc).__qualname__}: {message}")
+
+
 def format_error(exc: BaseException) -> str:
     """``Type: message`` then the traceback, bounded in size, as storable text (``storable_text``)."""
-    head = f"{type(exc).__qualname__}: {exc}"
+    head = describe(exc)
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     text = f"{head}\n\n{tb}"
     if len(text) > MAX_ERROR_CHARS:
@@ -103,8 +112,7 @@ def decide_failure(task: "Task | None", attempt: int, max_attempts: int, error: 
         try:
             delay = task.retry(attempt, exc)
         except Exception as policy_error:  # noqa: BLE001 - a policy bug is recorded, not raised in the slot
-            return Failed(f"{error}\n\nnot retried: the task's retry policy raised "
-                          f"{type(policy_error).__qualname__}: {policy_error}")
+            return Failed(f"{error}\n\nnot retried: the task's retry policy raised {describe(policy_error)}")
         if delay is None:
             return Failed(error)
     try:
@@ -423,8 +431,8 @@ class Executor:
             # bad handler must not take the slot down).
             if isinstance(caught, JobTimeout):
                 self._abandon(conn)
-            log.warning("job %s (%s) attempt %s/%s failed: %s: %s", claimed.id, claimed.task, attempt,
-                        claimed.max_attempts, type(caught).__qualname__, storable_text(str(caught)))
+            log.warning("job %s (%s) attempt %s/%s failed: %s", claimed.id, claimed.task, attempt,
+                        claimed.max_attempts, describe(caught))
             return decide_failure(task, attempt, claimed.max_attempts, format_error(caught), caught)
         finally:
             took = time.perf_counter() - began
