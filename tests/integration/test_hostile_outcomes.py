@@ -48,6 +48,26 @@ def test_snoozes_never_use_up_attempts_in_either_lease_mode(app, lease):
     assert (snoozed.state, snoozed.attempts) == ("queued", 0)
 
 
+def test_snoozes_in_a_batch_never_use_up_attempts_either(app, batched_at_once):  # noqa: F811
+    seen: dict[int, list[int]] = {}
+
+    @app.task(name="sleepy", max_attempts=2, retry=0)
+    def sleepy(job):
+        runs = seen.setdefault(job.id, [])
+        runs.append(job.attempt)
+        if len(runs) <= 3:
+            raise Snooze(0)
+        if len(runs) == 4:
+            raise RuntimeError("fails once")
+        return "ok"
+
+    ids = app.enqueue_many([("sleepy", {})] * 4)
+    stats = run_until_empty(app, batch_size=4)
+    assert seen == {i: [1, 1, 1, 1, 2] for i in ids}
+    assert [(j.state, j.attempts) for j in map(app.get_job, ids)] == [("done", 2)] * 4
+    assert stats.reconnects == 0
+
+
 # ---- item 8: unstorable outcomes end with a clear recorded error -------------------------------------------
 
 
