@@ -17,7 +17,7 @@ from .backend.postgres.backend import KeyedBatch
 from .errors import (ConfigurationError, DuplicateJob, InvalidJob, JobFailed, JobNotFound, UnknownQueue,
                      UnknownTask, WaitTimeout)
 from .job import Job, JobState
-from .retry import RetryPolicy, as_policy
+from .retry import MAX_DELAY, RetryPolicy, as_policy, check_delay  # noqa: F401 - MAX_DELAY: public here too
 
 if TYPE_CHECKING:
     from .maintenance.periodic import Schedule
@@ -33,7 +33,9 @@ DEFAULT_MAX_RESULT_BYTES = 1 << 20
 INT32 = (-(2**31), 2**31 - 1)
 # Matches the CHECK on jobs.run_at: every client can read these times back.
 RUN_AT_RANGE = (datetime(1900, 1, 1, tzinfo=timezone.utc), datetime(9000, 1, 1, tzinfo=timezone.utc))
-MAX_DELAY = 100 * 365 * 86400.0
+MAX_TASK_CHARS = 1000
+MAX_QUEUE_CHARS = 200
+MAX_UNIQUE_KEY_CHARS = 1000
 
 
 @dataclass(frozen=True)
@@ -55,12 +57,31 @@ class Task:
         return self.fn(*args, **kwargs)
 
 
+def check_text(name: str, value: Any, limit: int, *, optional: bool = False,
+               error: type[Exception] = InvalidJob) -> Any:
+    """The one check of every text field skiplock stores (task names, queues, unique keys, outbox
+    topics and keys): a non-empty ``str`` of at most ``limit`` characters, without NUL (PostgreSQL
+    text cannot hold it) and encodable as UTF-8 (no lone surrogate, e.g. from argv bytes decoded with
+    surrogateescape). Else ``error`` naming the field, with the value as a repr (printable whatever it
+    holds). None passes when ``optional``. Checked before any SQL, so a refused value never aborts
+    the caller's transaction -- whatever the statement (INSERT or COPY)."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value or len(value) > limit:
+        raise error(f"{name} must be a non-empty string of at most {limit} characters, got {value!r}")
+    if "\x00" in value:
+        raise error(f"{name} must be text without NUL characters (PostgreSQL text cannot hold them), got {value!r}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise error(f"{name} must be valid Unicode text, without lone surrogates (UTF-8 cannot encode them; "
+                        f"undecodable bytes?), got {value!r}") from None
+    return value
+
+
 def _check_queue(queue: Any) -> str:
-    if not isinstance(queue, str) or not queue or len(queue) > 200:
-        raise InvalidJob(f"queue must be a non-empty string of at most 200 characters, got {queue!r}")
-    if "\x00" in queue:
-        raise InvalidJob("queue names cannot contain NUL characters")
-    return queue
+    return check_text("queue", queue, MAX_QUEUE_CHARS)
 
 
 def _check_int(name: str, value: Any, low: int, high: int) -> int:
@@ -92,10 +113,13 @@ def _has_nul(value: Any) -> bool:
     return False
 
 
-def to_json(value: Any, what: str, limit: int, error: type[Exception] = InvalidJob) -> str:
+def to_json(value: Any, what: str, limit: int, error: type[Exception] = InvalidJob,
+            setting: str = "App(max_args_bytes=...)") -> str:
     """Compact JSON text that PostgreSQL's jsonb accepts, or ``error`` saying exactly why not (NaN or
-    Infinity, not serialisable, a lone surrogate, a NUL character, over ``limit`` bytes). Checked
-    before any SQL runs, so a rejected value never aborts the caller's transaction."""
+    Infinity, not serialisable, a lone surrogate, a NUL character, over ``limit`` bytes -- the
+    ``setting`` that sets it). Checked before any SQL runs, so a rejected value never aborts the
+    caller's transaction. The one definition of a storable JSON value: job args, job results and
+    outbox payloads all go through it."""
     try:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
         text.encode("utf-8")
@@ -109,7 +133,7 @@ def to_json(value: Any, what: str, limit: int, error: type[Exception] = InvalidJ
         raise error(f"{what}: a NUL character (\\u0000), which PostgreSQL jsonb cannot store")
     size = len(text.encode("utf-8"))
     if size > limit:
-        raise error(f"{what}: {size:,} bytes as JSON; the limit is {limit:,} (App(max_args_bytes=...))")
+        raise error(f"{what}: {size:,} bytes as JSON; the limit is {limit:,} ({setting})")
     return text
 
 
@@ -187,12 +211,7 @@ def _check_unique(unique_key: Any, on_conflict: Any) -> str | None:
     """The unique key (None: none), or InvalidJob; ``on_conflict`` is checked even without a key."""
     if not isinstance(on_conflict, str) or on_conflict not in ON_CONFLICT:
         raise InvalidJob(f"on_conflict must be 'return' or 'raise', got {on_conflict!r}")
-    if unique_key is None:
-        return None
-    if not isinstance(unique_key, str) or not unique_key or len(unique_key) > 1000 or "\x00" in unique_key:
-        raise InvalidJob(f"unique_key must be a non-empty string of at most 1000 characters without NUL, "
-                         f"got {unique_key!r}")
-    return unique_key
+    return check_text("unique_key", unique_key, MAX_UNIQUE_KEY_CHARS, optional=True)
 
 
 def _check_run_at(run_at: Any) -> datetime | None:
@@ -325,7 +344,7 @@ class App:
             raise ConfigurationError(f"lease_seconds must be between 1 and 86400, got {lease_seconds!r}")
 
         def register(fn: Callable[..., Any]) -> Task:
-            task_name = name or f"{fn.__module__}.{fn.__qualname__}"
+            task_name = check_text("task name", name or f"{fn.__module__}.{fn.__qualname__}", MAX_TASK_CHARS)
             if task_name in self.tasks and self.tasks[task_name].fn is not fn:
                 raise ConfigurationError(f"task {task_name!r} is already registered")
             t = Task(task_name, fn, queue, priority, max_attempts, policy, None if timeout is None else float(timeout),
@@ -354,18 +373,15 @@ class App:
 
     def _new_job(self, task: str, args: Any, queue: str | None, priority: int | None, run_at: datetime | None,
                  delay: float | timedelta | None, max_attempts: int | None) -> NewJob:
-        if not isinstance(task, str) or not task:
-            raise InvalidJob(f"task must be a non-empty string, got {task!r}")
-        if "\x00" in task:
-            raise InvalidJob("task names cannot contain NUL characters")
+        check_text("task", task, MAX_TASK_CHARS)
         registered = self.tasks.get(task)
         if delay is not None:
             if run_at is not None:
                 raise InvalidJob("give run_at or delay, not both")
-            seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-            if (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds)
-                    or not 0 <= seconds <= MAX_DELAY):
-                raise InvalidJob(f"delay must be a number of seconds between 0 and {MAX_DELAY:,.0f} (100 years), got {delay!r}")
+            try:
+                seconds = check_delay(delay.total_seconds() if isinstance(delay, timedelta) else delay, "delay")
+            except ValueError as exc:
+                raise InvalidJob(str(exc)) from None
             run_at = datetime.now(timezone.utc) + timedelta(seconds=seconds)
         return NewJob(
             task=task,

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable
 
+from .retry import check_delay
+
 if TYPE_CHECKING:
     import psycopg
 
@@ -74,24 +76,30 @@ class Job:
 
 class Retry(Exception):
     """Raise from a handler to retry: after ``in_`` seconds, or the task's backoff if None. Counts as
-    an attempt (the job still ends ``failed`` after ``max_attempts``)."""
+    an attempt (the job still ends ``failed`` after ``max_attempts``).
+
+    ``in_`` must be a finite number of seconds from 0 to 100 years (``retry.MAX_DELAY``); anything
+    else (infinity, NaN, 1e300, negative) raises ValueError here, so a handler that asks for one
+    ends its attempt with that error recorded (retried by the task's policy like any failure)."""
 
     def __init__(self, in_: float | None = None, reason: str = "retry requested by the handler"):
-        if in_ is not None and (isinstance(in_, bool) or not isinstance(in_, (int, float)) or in_ < 0):
-            raise ValueError(f"Retry(in_=...) must be a non-negative number of seconds, got {in_!r}")
+        if in_ is not None:
+            in_ = check_delay(in_, "Retry(in_=...)")
         super().__init__(reason)
         self.in_ = in_
 
 
 class Snooze(Exception):
     """Raise or return from a handler to run the job again after ``seconds`` without counting an
-    attempt. Its database writes are rolled back like any unfinished run."""
+    attempt, in either lease mode. Its database writes are rolled back like any unfinished run.
+
+    ``seconds`` must be a finite number from 0 to 100 years (``retry.MAX_DELAY``); anything else
+    raises ValueError here, so the attempt fails with that error recorded (and counts)."""
 
     def __init__(self, seconds: float):
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
-            raise ValueError(f"Snooze(seconds) must be a non-negative number, got {seconds!r}")
-        super().__init__(f"snoozed for {seconds}s")
-        self.seconds = float(seconds)
+        seconds = check_delay(seconds, "Snooze(seconds)")
+        super().__init__(f"snoozed for {seconds:g}s")
+        self.seconds = seconds
 
 
 class Cancel(Exception):

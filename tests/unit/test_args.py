@@ -118,7 +118,7 @@ def test_many_jobs_are_checked_exactly_as_one_by_one():
         (("mail", {}, {"max_attempts": 0}), "max_attempts must be"),
         (("mail", {}, {"queue": ""}), "queue must be"),
         (("mail", {}, {"bogus": 1}), r"unknown options \['bogus'\]"),
-        (("ma\x00il", {}), "task names cannot contain NUL"),
+        (("ma\x00il", {}), "task must be text without NUL"),
         (("", {}), "task must be a non-empty string"),
         (("mail",), "expected \\(task, args\\)"),
         (("mail", {}, {"unique_key": ""}), "unique_key must be a non-empty string"),

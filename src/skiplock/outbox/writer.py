@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Sequence
 
 import psycopg
 
-from ..app import to_json
+from ..app import check_text, to_json
 from ..backend.outbox_base import MessageRecord, NewMessage, OutboxStore
 from .errors import InvalidMessage, MessageNotFound
 
@@ -37,17 +37,8 @@ class MessageRef(NamedTuple):
 
 
 def _check_text(name: str, value: Any, limit: int, *, optional: bool = False) -> str | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or not value or len(value) > limit:
-        raise InvalidMessage(f"{name} must be a non-empty string of at most {limit} characters, got {value!r}")
-    if "\x00" in value:
-        raise InvalidMessage(f"{name} cannot contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidMessage(f"{name} is not valid Unicode (a lone surrogate?)") from None
-    return value
+    """The queue's one text check (:func:`skiplock.app.check_text`), raising InvalidMessage."""
+    return check_text(name, value, limit, optional=optional, error=InvalidMessage)
 
 
 def serialise_payload(payload: Any, limit: int) -> str:

@@ -14,6 +14,12 @@ Guarantees (transaction lease):
   every lease, and the job's next finishing write that commits records it.
 - Every attempt is counted on a separate autocommit connection before the handler starts, so a
   handler that kills its worker process still uses up an attempt and ends ``failed``.
+- Every outcome is storable or reported truthfully: a result that jsonb cannot hold (NUL, a lone
+  surrogate, NaN, not JSON, too large) fails the attempt with an error saying so (``ResultNotStorable``),
+  before any write; error texts are made storable (``storable_text``) before they are written; a
+  delay is checked where it is given (``Retry``, ``Snooze``, policies: see retry.py) and a policy
+  that returns a bad one fails the job saying so. None of these costs a reconnect or a batch.
+- A snooze gives its attempt back in both lease modes.
 - A task ``timeout`` is enforced twice: PostgreSQL ends the job's transaction (statement, idle and
   transaction timeouts set locally), and the worker stops waiting for a handler stuck in Python
   (the handler runs in its own thread), ends the session and frees the slot.
@@ -23,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
 import threading
 import time
@@ -36,10 +41,12 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from ..app import to_json
 from ..backend.base import ClaimedJob
 from ..backend.postgres.backend import CONNECTION_LOST
 from ..job import (Cancel, Cancelled, Done, Failed, Job, JobState, LeaseLost, Outcome, Retry, RetryLater, Snooze,
                    Snoozed)
+from ..retry import check_delay
 
 if TYPE_CHECKING:
     from ..app import App, Task
@@ -56,26 +63,62 @@ class JobTimeout(Exception):
     """The handler ran past its task's ``timeout``."""
 
 
+class ResultNotStorable(ValueError):
+    """The handler's return value cannot be stored as the job's result (the attempt fails)."""
+
+
+def storable_text(text: str) -> str:
+    """``text`` as PostgreSQL text can store it: a NUL becomes the four characters ``\\x00`` and a
+    lone surrogate its ``\\udXXX`` escape; anything else is unchanged. Applied to every error text
+    before it is written, so recording an outcome can never fail on what a handler said."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` as storable text, even for an exception whose ``str()`` fails."""
+    try:
+        message = str(exc)
+    except Exception as failed:  # noqa: BLE001 - a hostile __str__ must not take the slot down
+        message = f"<str() failed: {type(failed).__qualname__}>"
+    return storable_text(f"{type(exc).__qualname__}: {message}")
+
+
 def format_error(exc: BaseException) -> str:
-    """``Type: message`` then the traceback, bounded in size."""
-    head = f"{type(exc).__qualname__}: {exc}"
+    """``Type: message`` then the traceback, bounded in size, as storable text (``storable_text``)."""
+    head = describe(exc)
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     text = f"{head}\n\n{tb}"
     if len(text) > MAX_ERROR_CHARS:
         text = text[: MAX_ERROR_CHARS // 2] + "\n... [truncated] ...\n" + text[-MAX_ERROR_CHARS // 2 :]
-    return text
+    return storable_text(text)
 
 
 def decide_failure(task: "Task | None", attempt: int, max_attempts: int, error: str,
                    exc: BaseException | None) -> Outcome:
     """Pure: what a failed attempt leads to. Retries use the task's policy (or the delay a
-    :class:`Retry` asked for) until max_attempts."""
+    :class:`Retry` asked for) until max_attempts. A policy that raises, or returns anything but
+    None or a valid delay (``retry.check_delay``: infinity, NaN, 1e300, negative, not a number),
+    ends the job ``failed``, its error saying why it was not retried: a retry time PostgreSQL
+    cannot store would otherwise fail the outcome's write."""
     if task is None or attempt >= max_attempts:
         return Failed(error)
-    delay = exc.in_ if isinstance(exc, Retry) and exc.in_ is not None else task.retry(attempt, exc)
-    if delay is None:
-        return Failed(error)
-    return RetryLater(float(delay), error)
+    if isinstance(exc, Retry) and exc.in_ is not None:
+        delay: Any = exc.in_  # checked when the Retry was made
+    else:
+        try:
+            delay = task.retry(attempt, exc)
+        except Exception as policy_error:  # noqa: BLE001 - a policy bug is recorded, not raised in the slot
+            return Failed(f"{error}\n\nnot retried: the task's retry policy raised {describe(policy_error)}")
+        if delay is None:
+            return Failed(error)
+    try:
+        return RetryLater(check_delay(delay, "a retry delay"), error)
+    except ValueError as bad:
+        return Failed(f"{error}\n\nnot retried: the task's retry policy returned an invalid delay: {bad}")
 
 
 def _usable(conn: psycopg.Connection[Any]) -> bool:
@@ -388,8 +431,8 @@ class Executor:
             # bad handler must not take the slot down).
             if isinstance(caught, JobTimeout):
                 self._abandon(conn)
-            log.warning("job %s (%s) attempt %s/%s failed: %s: %s", claimed.id, claimed.task, attempt,
-                        claimed.max_attempts, type(caught).__qualname__, caught)
+            log.warning("job %s (%s) attempt %s/%s failed: %s", claimed.id, claimed.task, attempt,
+                        claimed.max_attempts, describe(caught))
             return decide_failure(task, attempt, claimed.max_attempts, format_error(caught), caught)
         finally:
             took = time.perf_counter() - began
@@ -447,17 +490,11 @@ class Executor:
         conn.close()
 
     def _result_json(self, result: Any) -> str | None:
+        """The result as jsonb text, or ResultNotStorable saying why not (the checks of job args)."""
         if result is None:
             return None
-        try:
-            text = json.dumps(result, allow_nan=False, separators=(",", ":"))
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"the handler's return value is not JSON-serialisable: {exc}") from None
-        limit = self.app.max_result_bytes
-        if len(text.encode("utf-8")) > limit:
-            raise ValueError(f"the handler's return value is {len(text):,} bytes as JSON; the limit is {limit:,} "
-                             "(App(max_result_bytes=...))")
-        return text
+        return to_json(result, "result not storable (the handler's return value)", self.app.max_result_bytes,
+                       ResultNotStorable, "App(max_result_bytes=...)")
 
     # ---- writing -------------------------------------------------------------------------------
 
@@ -506,13 +543,13 @@ class Executor:
 def _row_for(outcome: Outcome) -> tuple[str, float | None, str | None, bool]:
     """(state, delay, error, give the attempt back) to write for an outcome that is not Done."""
     if isinstance(outcome, RetryLater):
-        return "queued", outcome.delay, outcome.error, False
+        return "queued", outcome.delay, storable_text(outcome.error), False
     if isinstance(outcome, Snoozed):
         return "queued", outcome.delay, None, True
     if isinstance(outcome, Cancelled):
-        return "cancelled", None, f"cancelled: {outcome.reason}", False
+        return "cancelled", None, storable_text(f"cancelled: {outcome.reason}"), False
     assert isinstance(outcome, Failed)
-    return "failed", None, outcome.error, False
+    return "failed", None, storable_text(outcome.error), False
 
 
 def _as_written(outcome: Outcome, written: str | None) -> Outcome:

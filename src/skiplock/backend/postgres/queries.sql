@@ -157,7 +157,10 @@ SELECT count(*),
 -- statements lock a running row: a heartbeat, the rescuer, a cancellation), so a heartbeat in
 -- flight cannot make it look lost.
 -- A finished job takes its final attempt count and leaves job_attempts. %(uncount)s (a snooze)
--- gives the attempt back. Keeps the last 20 errors. Returns the state written, or no row.
+-- gives the attempt back. Claimed lease: the attempt given is the row's count -- the claim counted
+-- it in jobs.attempts and the fence makes this write its owner's; a snooze passes one less, so it
+-- uses up no attempt in either lease mode. Keeps the last 20 errors. Returns the state written, or
+-- no row.
 WITH req AS (SELECT reason FROM {schema}.job_cancellations WHERE job_id = %(id)s),
 dec AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM req) THEN 'cancelled' ELSE %(state)s::text END AS state),
 entry AS (SELECT CASE WHEN %(error)s::text IS NOT NULL THEN
@@ -174,7 +177,7 @@ SELECT CASE WHEN coalesce(pend.errors @> jsonb_build_array(jsonb_build_object(
 upd AS (
 UPDATE {schema}.jobs j
    SET state = dec.state,
-       attempts = greatest(j.attempts, %(attempt)s),
+       attempts = CASE WHEN %(owner)s::uuid IS NOT NULL THEN %(attempt)s ELSE greatest(j.attempts, %(attempt)s) END,
        run_at = CASE WHEN dec.state = 'queued' AND %(delay)s::float8 IS NOT NULL
                      THEN clock_timestamp() + %(delay)s::float8 * interval '1 second' ELSE j.run_at END,
        started_at = %(started_at)s,
