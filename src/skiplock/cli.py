@@ -184,11 +184,14 @@ def enqueue(obj: Context, task: str, args_json: str, args_file: Any, queue: str 
 @click.option("--stop-when-empty", is_flag=True, help="Exit once no job is available.")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO", show_default=True)
 @click.option("--no-maintenance", is_flag=True, help="Do not run the periodic scheduler and the pruner here.")
+@click.option("--fail-unknown-tasks", is_flag=True,
+              help="Also claim jobs of tasks this app does not register, and fail them at once (by default they "
+                   "stay queued for a worker that knows them).")
 @click.pass_obj
 @handle_errors
 def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, poll_interval: float,
            batch_size: int, batch_budget: float, batch_slots: int, stop_when_empty: bool, log_level: str,
-           no_maintenance: bool) -> None:
+           no_maintenance: bool, fail_unknown_tasks: bool) -> None:
     """Run a worker. SIGINT/SIGTERM: finish in-flight jobs and exit 0; a second signal aborts them."""
     logging.basicConfig(level=log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = obj.app(app_spec)
@@ -198,7 +201,7 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
     app.check()
     w = app.worker(queues=queue_list, concurrency=concurrency, poll_interval=poll_interval,
                    batch_size=batch_size, batch_budget=batch_budget, batch_slots=batch_slots,
-                   maintenance=not no_maintenance)
+                   maintenance=not no_maintenance, fail_unknown_tasks=fail_unknown_tasks)
     logging.getLogger("skiplock.worker").info(
         "worker %s serving %s with %d slot(s); tasks: %s", w.name, ", ".join(queue_list) if queue_list else "all queues",
         concurrency, ", ".join(sorted(app.tasks)) or "none")
@@ -230,6 +233,19 @@ def status(obj: Context) -> None:
         table.add_row(queue, *(str(by_queue[queue].get(s, 0)) for s in states))
     if not by_queue:
         table.add_row("(no jobs)", *("0" for _ in states))
+    console.print(table)
+    _print_untakeable(app.untakeable_jobs())
+
+
+def _print_untakeable(untakeable: list[tuple[str, str, int]]) -> None:
+    """Queued jobs that no running worker can take (no live worker serving the queue registers the task)."""
+    if not untakeable:
+        return
+    table = Table(title="queued jobs no running worker can take (no live worker serving the queue has the task)")
+    for col in ("queue", "task", "queued"):
+        table.add_column(col, justify="right" if col == "queued" else "left")
+    for queue, task, n in untakeable:
+        table.add_row(queue, task, str(n))
     console.print(table)
 
 
@@ -271,12 +287,17 @@ def jobs(obj: Context, job_id: int | None, state: str | None, queue: str | None,
     table = Table()
     for col in ("id", "queue", "task", "state", "pri", "attempts", "run_at", "last error"):
         table.add_column(col)
-    for j in app.list_jobs(state=state, queue=queue, task=task, limit=limit):
+    listed = app.list_jobs(state=state, queue=queue, task=task, limit=limit)
+    untakeable = {(q, t) for q, t, _ in app.untakeable_jobs()} if any(j.state == JobState.QUEUED for j in listed) else set()
+    for j in listed:
         err = (j.last_error or "").splitlines()[0][:60] if j.last_error else ""
-        table.add_row(str(j.id), j.queue, j.task, f"[{STATE_STYLE[j.state.value]}]{j.state.value}[/]", str(j.priority),
+        shown = j.state.value + ("*" if j.state == JobState.QUEUED and (j.queue, j.task) in untakeable else "")
+        table.add_row(str(j.id), j.queue, j.task, f"[{STATE_STYLE[j.state.value]}]{shown}[/]", str(j.priority),
                       f"{j.attempts}/{j.max_attempts}", j.run_at.isoformat(timespec="seconds") if j.run_at else "",
                       err)
     console.print(table)
+    if any(j.state == JobState.QUEUED and (j.queue, j.task) in untakeable for j in listed):
+        console.print("queued*: no running worker can take it (no live worker serving its queue has its task)")
 
 
 @cli.command()
