@@ -241,7 +241,8 @@ def _print_untakeable(untakeable: list[tuple[str, str, int]]) -> None:
     """Queued jobs that no running worker can take (no live worker serving the queue registers the task)."""
     if not untakeable:
         return
-    table = Table(title="queued jobs no running worker can take (no live worker serving the queue has the task)")
+    console.print("Queued jobs no running worker can take (none serving the queue has the task):", soft_wrap=True)
+    table = Table()
     for col in ("queue", "task", "queued"):
         table.add_column(col, justify="right" if col == "queued" else "left")
     for queue, task, n in untakeable:
@@ -297,7 +298,7 @@ def jobs(obj: Context, job_id: int | None, state: str | None, queue: str | None,
                       err)
     console.print(table)
     if any(j.state == JobState.QUEUED and (j.queue, j.task) in untakeable for j in listed):
-        console.print("queued*: no running worker can take it (no live worker serving its queue has its task)")
+        console.print("queued*: no running worker can take it (none serving its queue has its task)", soft_wrap=True)
 
 
 @cli.command()
