@@ -234,12 +234,22 @@ def status(obj: Context) -> None:
     if not by_queue:
         table.add_row("(no jobs)", *("0" for _ in states))
     console.print(table)
-    _print_untakeable(app.untakeable_jobs())
+    _print_untakeable(app)
 
 
-def _print_untakeable(untakeable: list[tuple[str, str, int]]) -> None:
+def _untakeable(app: App) -> list[tuple[str, str, int]]:
+    """Queued jobs (queue, task, count) that no running worker can take, while some worker runs (when
+    none runs, every queued job waits for one: ``skiplock status`` says so once)."""
+    return app.untakeable_jobs() if app.live_workers() else []
+
+
+def _print_untakeable(app: App) -> None:
     """Queued jobs that no running worker can take (no live worker serving the queue registers the task)."""
+    untakeable = app.untakeable_jobs()
     if not untakeable:
+        return
+    if not app.live_workers():
+        console.print("No worker is running: queued jobs wait for one.", soft_wrap=True)
         return
     console.print("Queued jobs no running worker can take (none serving the queue has the task):", soft_wrap=True)
     table = Table()
@@ -289,7 +299,7 @@ def jobs(obj: Context, job_id: int | None, state: str | None, queue: str | None,
     for col in ("id", "queue", "task", "state", "pri", "attempts", "run_at", "last error"):
         table.add_column(col)
     listed = app.list_jobs(state=state, queue=queue, task=task, limit=limit)
-    untakeable = {(q, t) for q, t, _ in app.untakeable_jobs()} if any(j.state == JobState.QUEUED for j in listed) else set()
+    untakeable = {(q, t) for q, t, _ in _untakeable(app)} if any(j.state == JobState.QUEUED for j in listed) else set()
     for j in listed:
         err = (j.last_error or "").splitlines()[0][:60] if j.last_error else ""
         shown = j.state.value + ("*" if j.state == JobState.QUEUED and (j.queue, j.task) in untakeable else "")

@@ -19,6 +19,8 @@ def enqueue(dsn: str, app: str, task: str) -> int:
 def test_a_worker_of_app_a_leaves_app_b_jobs_queued_and_status_shows_them(dsn, db, effects, spawn):
     b_jobs = [enqueue(dsn, "app_b:app", "b.effect") for _ in range(3)]  # first in the claim order
     a_jobs = [enqueue(dsn, "tasks_app:app", "effect") for _ in range(3)]
+    idle = run_cli(dsn, "status")  # no worker runs yet: every queued job waits, said once
+    assert "No worker is running" in idle.stdout and "no running worker can take" not in idle.stdout, idle.stdout
     worker_a = spawn.worker(dsn, concurrency=2)  # tasks_app:app, every queue
     wait_for(lambda: scalar(db, "SELECT count(*) FROM skiplock.jobs WHERE id = ANY(%s) AND state = 'done'",
                             [a_jobs]) == 3, what="app A's jobs to be done", on_timeout=worker_a.output)
@@ -53,4 +55,4 @@ def test_a_worker_of_app_a_leaves_app_b_jobs_queued_and_status_shows_them(dsn, d
     assert scalar(db, "SELECT count(*) FROM skiplock.jobs WHERE id = ANY(%s) AND state = 'done'", [b_jobs]) == 3
     assert scalar(db, "SELECT count(*) FROM effects WHERE job_id = ANY(%s)", [b_jobs]) == 3
     status = run_cli(dsn, "status")
-    assert "no running worker can take" not in status.stdout, status.stdout  # nothing queued is left
+    assert "no running worker can take" not in status.stdout and "No worker" not in status.stdout, status.stdout

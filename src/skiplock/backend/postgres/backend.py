@@ -568,6 +568,10 @@ class PostgresBackend:
     def worker_gone(self, worker_id: uuid.UUID) -> None:
         self._one("worker_gone", {"id": worker_id})
 
+    def live_workers(self, live_seconds: float) -> int:
+        """How many workers were seen within ``live_seconds``."""
+        return int(self._one("live_workers", {"live": live_seconds})[0])
+
     def untakeable(self, live_seconds: float) -> list[tuple[str, str, int]]:
         """(queue, task, queued jobs) that no worker seen within ``live_seconds`` can take."""
         return [(r[0], r[1], int(r[2])) for r in self._all("untakeable", {"live": live_seconds})]

@@ -616,6 +616,10 @@ ON CONFLICT (id) DO UPDATE SET last_seen = now(), tasks = EXCLUDED.tasks, queues
 -- name: worker_gone
 DELETE FROM {schema}.workers WHERE id = %(id)s;
 
+-- name: live_workers
+-- Workers seen within %(live)s seconds.
+SELECT count(*) FROM {schema}.workers WHERE last_seen > now() - %(live)s::float8 * interval '1 second';
+
 -- name: untakeable
 -- Queued jobs no running worker can take, by queue and task: no worker seen within %(live)s seconds
 -- has the task registered and serves the queue (queues NULL: every queue). They wait, untouched.
