@@ -300,14 +300,15 @@ def jobs(obj: Context, job_id: int | None, state: str | None, queue: str | None,
         table.add_column(col)
     listed = app.list_jobs(state=state, queue=queue, task=task, limit=limit)
     untakeable = {(q, t) for q, t, _ in _untakeable(app)} if any(j.state == JobState.QUEUED for j in listed) else set()
+    flagged = {j.id for j in listed if j.state == JobState.QUEUED and (j.queue, j.task) in untakeable}
     for j in listed:
         err = (j.last_error or "").splitlines()[0][:60] if j.last_error else ""
-        shown = j.state.value + ("*" if j.state == JobState.QUEUED and (j.queue, j.task) in untakeable else "")
+        shown = j.state.value + ("*" if j.id in flagged else "")
         table.add_row(str(j.id), j.queue, j.task, f"[{STATE_STYLE[j.state.value]}]{shown}[/]", str(j.priority),
                       f"{j.attempts}/{j.max_attempts}", j.run_at.isoformat(timespec="seconds") if j.run_at else "",
                       err)
     console.print(table)
-    if any(j.state == JobState.QUEUED and (j.queue, j.task) in untakeable for j in listed):
+    if flagged:
         console.print("queued*: no running worker can take it (none serving its queue has its task)", soft_wrap=True)
 
 
