@@ -100,3 +100,11 @@ def test_untakeable_jobs_are_those_no_live_worker_serving_their_queue_has_the_ta
         thread.join(30)
     assert not thread.is_alive()
     assert db.execute("SELECT count(*) FROM skiplock.workers").fetchone()[0] == 0  # deleted at exit
+
+
+def test_rows_of_workers_that_died_without_a_word_are_deleted_after_an_hour(app, db):
+    db.execute("INSERT INTO skiplock.workers (id, name, tasks, last_seen) VALUES "
+               "(gen_random_uuid(), 'killed:1', '{a}', now() - interval '61 minutes'), "
+               "(gen_random_uuid(), 'stalled:2', '{a}', now() - interval '59 minutes')")
+    app.worker(concurrency=1).run(stop_when_empty=True)
+    assert [r[0] for r in db.execute("SELECT name FROM skiplock.workers")] == ["stalled:2"]
