@@ -17,6 +17,7 @@ from typing import Any, Callable, NoReturn
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .app import App
 from .errors import DatabaseUnavailable, SchemaError, SkiplockError, UnknownTask
@@ -256,7 +257,7 @@ def _print_untakeable(app: App) -> None:
     for col in ("queue", "task", "queued"):
         table.add_column(col, justify="right" if col == "queued" else "left")
     for queue, task, n in untakeable:
-        table.add_row(queue, task, str(n))
+        table.add_row(Text(queue), Text(task), str(n))  # names are data, never rich markup
     console.print(table)
 
 
