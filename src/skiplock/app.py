@@ -540,6 +540,20 @@ class App:
         """(queue, state, count) for every queue and state that has jobs."""
         return self._ready().counts()
 
+    def live_workers(self) -> int:
+        """How many workers are running: seen in the last ``presence.LIVE_SECONDS`` seconds."""
+        from .worker.presence import LIVE_SECONDS
+
+        return self._ready().live_workers(LIVE_SECONDS)
+
+    def untakeable_jobs(self) -> list[tuple[str, str, int]]:
+        """(queue, task, count) of queued jobs that no running worker can take: no worker seen in the
+        last ``presence.LIVE_SECONDS`` seconds has the task registered and serves the queue. (A worker
+        claims only its own tasks; these jobs wait, untouched, for one that knows them.)"""
+        from .worker.presence import LIVE_SECONDS
+
+        return self._ready().untakeable(LIVE_SECONDS)
+
     # ---- lifecycle -----------------------------------------------------------------------------
 
     def cancel_job(self, job_id: int, reason: str = "cancelled by request", wait: float = 10.0) -> JobState:

@@ -17,6 +17,7 @@ from typing import Any, Callable, NoReturn
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .app import App
 from .errors import DatabaseUnavailable, SchemaError, SkiplockError, UnknownTask
@@ -184,11 +185,14 @@ def enqueue(obj: Context, task: str, args_json: str, args_file: Any, queue: str 
 @click.option("--stop-when-empty", is_flag=True, help="Exit once no job is available.")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO", show_default=True)
 @click.option("--no-maintenance", is_flag=True, help="Do not run the periodic scheduler and the pruner here.")
+@click.option("--fail-unknown-tasks", is_flag=True,
+              help="Also claim jobs of tasks this app does not register, and fail them at once (by default they "
+                   "stay queued for a worker that knows them).")
 @click.pass_obj
 @handle_errors
 def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, poll_interval: float,
            batch_size: int, batch_budget: float, batch_slots: int, stop_when_empty: bool, log_level: str,
-           no_maintenance: bool) -> None:
+           no_maintenance: bool, fail_unknown_tasks: bool) -> None:
     """Run a worker. SIGINT/SIGTERM: finish in-flight jobs and exit 0; a second signal aborts them."""
     logging.basicConfig(level=log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = obj.app(app_spec)
@@ -198,7 +202,7 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
     app.check()
     w = app.worker(queues=queue_list, concurrency=concurrency, poll_interval=poll_interval,
                    batch_size=batch_size, batch_budget=batch_budget, batch_slots=batch_slots,
-                   maintenance=not no_maintenance)
+                   maintenance=not no_maintenance, fail_unknown_tasks=fail_unknown_tasks)
     logging.getLogger("skiplock.worker").info(
         "worker %s serving %s with %d slot(s); tasks: %s", w.name, ", ".join(queue_list) if queue_list else "all queues",
         concurrency, ", ".join(sorted(app.tasks)) or "none")
@@ -230,6 +234,30 @@ def status(obj: Context) -> None:
         table.add_row(queue, *(str(by_queue[queue].get(s, 0)) for s in states))
     if not by_queue:
         table.add_row("(no jobs)", *("0" for _ in states))
+    console.print(table)
+    _print_untakeable(app)
+
+
+def _untakeable(app: App) -> list[tuple[str, str, int]]:
+    """Queued jobs (queue, task, count) that no running worker can take, while some worker runs (when
+    none runs, every queued job waits for one: ``skiplock status`` says so once)."""
+    return app.untakeable_jobs() if app.live_workers() else []
+
+
+def _print_untakeable(app: App) -> None:
+    """Queued jobs that no running worker can take (no live worker serving the queue registers the task)."""
+    untakeable = app.untakeable_jobs()
+    if not untakeable:
+        return
+    if not app.live_workers():
+        console.print("No worker is running: queued jobs wait for one.", soft_wrap=True)
+        return
+    console.print("Queued jobs no running worker can take (none serving the queue has the task):", soft_wrap=True)
+    table = Table()
+    for col in ("queue", "task", "queued"):
+        table.add_column(col, justify="right" if col == "queued" else "left")
+    for queue, task, n in untakeable:
+        table.add_row(Text(queue), Text(task), str(n))  # names are data, never rich markup
     console.print(table)
 
 
@@ -271,12 +299,18 @@ def jobs(obj: Context, job_id: int | None, state: str | None, queue: str | None,
     table = Table()
     for col in ("id", "queue", "task", "state", "pri", "attempts", "run_at", "last error"):
         table.add_column(col)
-    for j in app.list_jobs(state=state, queue=queue, task=task, limit=limit):
+    listed = app.list_jobs(state=state, queue=queue, task=task, limit=limit)
+    untakeable = {(q, t) for q, t, _ in _untakeable(app)} if any(j.state == JobState.QUEUED for j in listed) else set()
+    flagged = {j.id for j in listed if j.state == JobState.QUEUED and (j.queue, j.task) in untakeable}
+    for j in listed:
         err = (j.last_error or "").splitlines()[0][:60] if j.last_error else ""
-        table.add_row(str(j.id), j.queue, j.task, f"[{STATE_STYLE[j.state.value]}]{j.state.value}[/]", str(j.priority),
+        shown = j.state.value + ("*" if j.id in flagged else "")
+        table.add_row(str(j.id), j.queue, j.task, f"[{STATE_STYLE[j.state.value]}]{shown}[/]", str(j.priority),
                       f"{j.attempts}/{j.max_attempts}", j.run_at.isoformat(timespec="seconds") if j.run_at else "",
                       err)
     console.print(table)
+    if flagged:
+        console.print("queued*: no running worker can take it (none serving its queue has its task)", soft_wrap=True)
 
 
 @cli.command()

@@ -241,7 +241,7 @@ def test_lifecycle_commands(dsn, db, producer):
     failed = producer.enqueue("no.such.task")
     queued = producer.enqueue("effect", queue="mail")
     worker = run_cli(dsn, "worker", "--app", "tasks_app:app", "--queues", "default", "--stop-when-empty",
-                     "--no-maintenance")
+                     "--no-maintenance", "--fail-unknown-tasks")
     assert worker.returncode == 0, worker.stderr
 
     listing = run_cli(dsn, "queues")

@@ -1,5 +1,6 @@
 """The seed's claim protocol through the backend: SKIP LOCKED, rollback as release, guarded writes."""
 
+import re
 from datetime import datetime, timezone
 
 import psycopg
@@ -72,6 +73,64 @@ def test_claim_is_an_index_scan_that_never_reads_finished_rows(app, db, query, a
         plan = "\n".join(r[0] for r in cur.execute("EXPLAIN EXECUTE claim" + arg).fetchall())
     assert f"Index Scan using {index}" in plan, plan
     assert "Seq Scan on jobs" not in plan and "Sort" not in plan, plan
+
+
+@pytest.mark.parametrize("query, args, index", [
+    ("claim_tasks", {"queue": "'default'"}, "jobs_claim_idx"),
+    ("claim_tasks_of_queues", {"queues": "ARRAY['default', 'x']"}, "jobs_claim_any_idx"),
+    ("claim_tasks_any_queue", {}, "jobs_claim_any_idx"),
+])
+@pytest.mark.parametrize("paused", [False, True])
+@pytest.mark.parametrize("plans", ["force_generic_plan", "force_custom_plan"])
+def test_the_workers_claim_checks_the_task_on_index_entries_in_claim_order(app, db, query, args, index, paused,
+                                                                          plans):
+    """What a worker runs (its own tasks only), with another app's backlog of 100,000 queued jobs
+    ahead of its ten: still an ordered walk of the partial index, and the task is checked on the index
+    entry (an Index Cond), so the other app's jobs cost index entries, not a heap fetch each. Both with
+    the plan a prepared claim runs with and with one made for the actual task names (what the first
+    executions get)."""
+    db.execute("INSERT INTO skiplock.jobs (queue, task, state, finished_at, priority) "
+               "SELECT 'default', 't', 'done', now(), g % 10 FROM generate_series(1, 20000) g")
+    db.execute("INSERT INTO skiplock.jobs (queue, task, priority) "
+               "SELECT 'default', 'other.app', 0 FROM generate_series(1, 100000) g")
+    db.execute("INSERT INTO skiplock.jobs (queue, task, priority) "
+               "SELECT 'default', 't', 0 FROM generate_series(1, 10) g")
+    if paused:
+        db.execute("INSERT INTO skiplock.paused_queues VALUES ('other')")
+    db.execute("ANALYZE skiplock.jobs")
+    names: list[str] = []
+
+    def positional(m: re.Match) -> str:
+        if m.group(1) not in names:
+            names.append(m.group(1))
+        return f"${names.index(m.group(1)) + 1}"
+
+    sql = re.sub(r"%\((\w+)\)s", positional, app.backend.q[query])
+    values = {**args, "tasks": "ARRAY['t', 'u']", "limit": "1"}
+    with db.cursor() as cur:
+        cur.execute("PREPARE claim AS " + sql)
+        cur.execute(f"SET plan_cache_mode = {plans}")
+        plan = "\n".join(r[0] for r in cur.execute(
+            f"EXPLAIN EXECUTE claim({', '.join(values[n] for n in names)})").fetchall())
+    assert f"Index Scan using {index}" in plan, plan
+    assert "Seq Scan on jobs" not in plan and "Sort" not in plan, plan
+    lines = plan.splitlines()
+    scan = next(i for i, line in enumerate(lines) if f"Index Scan using {index}" in line)
+    assert "Index Cond" in lines[scan + 1] and "task = ANY" in lines[scan + 1], plan
+
+
+def test_the_workers_claim_takes_its_own_tasks_in_order_past_other_tasks(app, dsn):
+    other = app.enqueue_many([("other.app", {})] * 3)
+    mine = app.enqueue_many([("t", {}, {"priority": 1}), ("u", {}), ("t", {})])
+    with psycopg.connect(dsn) as a:
+        claimed = app.backend.claim(a, None, limit=5, tasks=["t", "u"])
+        assert [j.id for j in claimed] == [mine[1], mine[2], mine[0]]  # priority, then id; none of other's
+        a.rollback()
+        assert [j.id for j in app.backend.claim(a, ["default"], limit=5, tasks=["u"])] == [mine[1]]
+        a.rollback()
+        assert [j.id for j in app.backend.claim(a, ["default", "x"], limit=5, tasks=["t"])] == [mine[2], mine[0]]
+        a.rollback()
+        assert [j.id for j in app.backend.claim(a, None, limit=1)] == [other[0]]  # every task: the unfiltered claim
 
 
 def test_finished_job_cannot_be_resurrected_by_a_late_failure_record(app, dsn):

@@ -86,7 +86,7 @@ def test_dead_letters_keep_every_error_and_can_be_retried(app, effects):
 
 def test_retry_failed_requeues_all_failed_jobs(app):
     ids = [app.enqueue("nobody.handles.this") for _ in range(3)]
-    run_until_empty(app)
+    run_until_empty(app, fail_unknown_tasks=True)  # a worker fails what it has no handler for, on request
     assert sorted(app.retry_failed()) == ids
     assert {app.get_job(i).state for i in ids} == {"queued"}
 

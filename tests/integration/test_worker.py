@@ -97,9 +97,11 @@ def test_after_a_failure_the_job_is_queued_with_backoff_and_the_error_recorded(a
     assert effects.execute("SELECT count(*) FROM effects").fetchone()[0] == 0
 
 
-def test_unknown_task_ends_failed_once_with_a_clear_reason(app):
+def test_unknown_task_ends_failed_once_with_a_clear_reason_with_fail_unknown_tasks(app):
+    """The opt-in old behaviour (by default a worker never claims a task it does not know:
+    tests/integration/test_known_tasks.py)."""
     job_id = app.enqueue("no.such.task", {"x": 1})
-    stats = app.worker(concurrency=1).run(stop_when_empty=True)
+    stats = app.worker(concurrency=1, fail_unknown_tasks=True).run(stop_when_empty=True)
     assert stats.failed == 1
     job = app.get_job(job_id)
     assert job.state == "failed" and job.attempts == 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Callable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("skiplock.periodic")
 MISSED = ("skip", "run_once")
+# Wall-clock order and UTC order disagree only within an hour the clock repeats: walks of wall-clock
+# times look this far beyond it (larger than any daylight-saving shift in the tz database).
+FOLD_MARGIN = timedelta(hours=3)
+# The longest clock jump forward searched for the end of a skipped interval (Samoa skipped a day).
+GAP_MINUTES = 26 * 60
 
 
 @dataclass(frozen=True)
@@ -49,18 +54,67 @@ class Schedule:
             raise ConfigurationError(f"missed must be one of {', '.join(MISSED)}, got {missed!r}")
         return cls(name, cron, args_json, zone, missed)
 
+    @property
+    def wildcard(self) -> bool:
+        """cron's "wildcard job": its minute or hour field starts with ``*`` (``0 * * * *``,
+        ``*/15 * * * *``). It follows elapsed time across a daylight-saving change; a fixed-time
+        schedule (``30 2 * * *``) follows the wall clock instead -- see :meth:`instants`."""
+        minute, hour = self.cron.split()[:2]
+        return minute.startswith("*") or hour.startswith("*")
+
+    def instants(self, wall: datetime) -> list[datetime]:
+        """The UTC instants at which the local wall-clock time ``wall`` (naive) fires, the way
+        Vixie cron treats daylight-saving changes:
+
+        - a time that happens once: that instant;
+        - a time that happens twice (the clock goes back): a fixed-time schedule fires once, at the
+          first occurrence; a wildcard schedule at both (each is a real hour that passed);
+        - a time that does not happen (the clock goes forward): a fixed-time schedule fires at the
+          change itself (the first wall-clock minute after the gap, e.g. 03:00); a wildcard schedule
+          does not fire."""
+        first = wall.replace(tzinfo=self.tz, fold=0).astimezone(timezone.utc)
+        second = wall.replace(tzinfo=self.tz, fold=1).astimezone(timezone.utc)
+        if first.astimezone(self.tz).replace(tzinfo=None) == wall:  # the time exists
+            return [first, second] if self.wildcard and second != first else [first]
+        if self.wildcard:
+            return []
+        after = wall
+        for _ in range(GAP_MINUTES):
+            after = (after + timedelta(minutes=1)).replace(second=0, microsecond=0)
+            instant = after.replace(tzinfo=self.tz).astimezone(timezone.utc)
+            if instant.astimezone(self.tz).replace(tzinfo=None) == after:
+                return [instant]
+        return []
+
     def next_after(self, moment: datetime) -> datetime:
-        """The first tick strictly after ``moment``, in UTC."""
-        it = croniter(self.cron, moment.astimezone(self.tz))
-        return it.get_next(datetime).astimezone(timezone.utc)
+        """The first tick strictly after ``moment``, in UTC (see :meth:`instants` for what a tick is
+        around a daylight-saving change). croniter walks local wall-clock times (naive, so it never
+        applies an offset itself); wall-clock order and UTC order differ only within a repeated
+        hour, so the walk starts ``FOLD_MARGIN`` earlier and ends that much past the best found."""
+        local = moment.astimezone(self.tz).replace(tzinfo=None)
+        it = croniter(self.cron, local - FOLD_MARGIN)
+        best: datetime | None = None
+        while True:
+            wall = it.get_next(datetime)
+            if best is not None and wall > best.astimezone(self.tz).replace(tzinfo=None) + FOLD_MARGIN:
+                return best
+            for instant in self.instants(wall):
+                if instant > moment and (best is None or instant < best):
+                    best = instant
 
     def latest_at_or_before(self, moment: datetime) -> datetime:
-        """The last tick at or before ``moment``, in UTC."""
-        local = moment.astimezone(self.tz)
-        it = croniter(self.cron, local)
-        prev = it.get_prev(datetime)
-        following = croniter(self.cron, prev).get_next(datetime)
-        return (following if following <= local else prev).astimezone(timezone.utc)
+        """The last tick at or before ``moment``, in UTC (the same walk as :meth:`next_after`,
+        backwards)."""
+        local = moment.astimezone(self.tz).replace(tzinfo=None)
+        it = croniter(self.cron, local + FOLD_MARGIN + timedelta(minutes=1))
+        best: datetime | None = None
+        while True:
+            wall = it.get_prev(datetime)
+            if best is not None and wall < best.astimezone(self.tz).replace(tzinfo=None) - FOLD_MARGIN:
+                return best
+            for instant in self.instants(wall):
+                if instant <= moment and (best is None or instant > best):
+                    best = instant
 
 
 def utcnow() -> datetime:

@@ -30,6 +30,7 @@ from ..maintenance.service import Service
 from .executor import BatchRun, Executor
 from .heartbeat import Heartbeat
 from .listener import Listener
+from .presence import Presence
 
 if TYPE_CHECKING:
     from ..app import App
@@ -113,6 +114,12 @@ class Worker:
     claimed row a batch has not reached yet is a row other workers' claims must step over, so more
     such batches in flight cost every claimer; one per process was the best setting measured
     (docs/batches.md).
+
+    A worker claims only jobs of the tasks registered in its app: another app's jobs in the same
+    queues (or jobs enqueued by a newer release during a rolling deploy) stay queued, untouched, for a
+    worker that knows them; ``skiplock status`` lists queued jobs that no running worker can take
+    (each worker advertises its tasks and queues: :mod:`.presence`). ``fail_unknown_tasks=True``
+    restores the old behaviour: claim every task and fail, at once, a job whose task is not registered.
     """
 
     def __init__(self, app: "App", queues: Sequence[str] | None = None, concurrency: int = 4, *,
@@ -120,7 +127,7 @@ class Worker:
                  max_reconnect_delay: float = 30.0, maintenance: bool = True, prune_interval: float = 60.0,
                  batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = 0.05, batch_slots: int = 1,
                  listen: bool = True,
-                 rescue_interval: float = 5.0):
+                 rescue_interval: float = 5.0, fail_unknown_tasks: bool = False):
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         if queues is not None:
@@ -150,6 +157,8 @@ class Worker:
         self._batch_turns = threading.BoundedSemaphore(batch_slots)
         self._turns_taken: dict[int, float] = {}  # slot index -> when it took its batch turn
         self.rescue_interval = rescue_interval
+        self.fail_unknown_tasks = bool(fail_unknown_tasks)
+        self._claim_tasks: list[str] | None = None  # set by run(): the task names claimed (None: every one)
         self.listen = listen
         self.listener: Listener | None = None
         self._wake_up = threading.Condition()
@@ -208,6 +217,9 @@ class Worker:
         """Run until stopped (or, with ``stop_when_empty``, until no job is available)."""
         self.app._ready()  # clear error now if the database or schema is not usable
         self._stop_when_empty = stop_when_empty
+        self._claim_tasks = None if self.fail_unknown_tasks else sorted(self.app.tasks)
+        presence = Presence(self.app.backend, self.name, list(self.app.tasks), self.queues)
+        self.services.append(presence)
         claimed_leases = [t.lease_seconds for t in self.app.tasks.values() if t.lease == "claimed"]
         heartbeat = Heartbeat(self.app.backend, min(claimed_leases) / 3) if claimed_leases else None
         executor = Executor(self.app, self.name, heartbeat, fast_seconds=self.batch_budget / 10)
@@ -228,6 +240,7 @@ class Worker:
             backend = self.app.backend
             self.listener = Listener(backend.connect_listener, backend.wake_payload, self.wake, self._stopping)
         try:
+            presence.step()  # advertised before the first claim; deleted when the services stop
             if self.listener is not None:
                 self.listener.start()
             for service in self.services:
@@ -288,12 +301,12 @@ class Worker:
                     self._give_batch_turn(index)
                 return [], False
         try:
-            claimed = self.app.backend.claim(conn, self.queues, limit, savepoint=True)
+            claimed = self.app.backend.claim(conn, self.queues, limit, savepoint=True, tasks=self._claim_tasks)
             if len(claimed) > 1 and executor.alone(claimed[0].task):
                 # A job that runs alone came first: let the others go at once, take one.
                 size.alone()
                 conn.rollback()
-                claimed = self.app.backend.claim(conn, self.queues, 1, savepoint=True)
+                claimed = self.app.backend.claim(conn, self.queues, 1, savepoint=True, tasks=self._claim_tasks)
         except BaseException:
             if turn:
                 self._give_batch_turn(index)

@@ -446,16 +446,20 @@ class PostgresBackend:
     # ---- the lease ---------------------------------------------------------------------------
 
     def claim(self, conn: psycopg.Connection[Any], queues: Sequence[str] | None, limit: int = 1,
-              savepoint: bool = False) -> list[ClaimedJob]:
-        """Lock up to ``limit`` available jobs in this connection's transaction (the lease). With
-        ``savepoint``, the first job's SAVEPOINT is sent in the same round trip (pipeline mode, with
-        the transaction's BEGIN)."""
+              savepoint: bool = False, tasks: Sequence[str] | None = None) -> list[ClaimedJob]:
+        """Lock up to ``limit`` available jobs in this connection's transaction (the lease): of
+        ``queues`` (None: every queue), and of the task names ``tasks`` only (None: every task --
+        what a worker with ``fail_unknown_tasks`` claims). With ``savepoint``, the first job's
+        SAVEPOINT is sent in the same round trip (pipeline mode, with the transaction's BEGIN)."""
+        prefix = "claim" if tasks is None else "claim_tasks"
         if queues and len(queues) == 1:
-            query, params = self.q["claim"], {"queue": queues[0], "limit": limit}
+            query, params = self.q[prefix], {"queue": queues[0], "limit": limit}
         elif queues:
-            query, params = self.q["claim_of_queues"], {"queues": list(queues), "limit": limit}
+            query, params = self.q[f"{prefix}_of_queues"], {"queues": list(queues), "limit": limit}
         else:
-            query, params = self.q["claim_any_queue"], {"limit": limit}
+            query, params = self.q[f"{prefix}_any_queue"], {"limit": limit}
+        if tasks is not None:
+            params["tasks"] = list(tasks)
         if not savepoint:
             return [ClaimedJob(*row) for row in conn.execute(query, params).fetchall()]
         cur = conn.cursor(row_factory=tuple_row)
@@ -554,6 +558,23 @@ class PostgresBackend:
 
     def counts(self) -> list[tuple[str, str, int]]:
         return [tuple(r) for r in self._all("counts")]
+
+    # ---- workers running now (their names, tasks and queues, as each says itself) ----------------
+
+    def worker_seen(self, worker_id: uuid.UUID, name: str, tasks: Sequence[str], queues: Sequence[str] | None) -> None:
+        self._one("worker_seen", {"id": worker_id, "name": name, "tasks": list(tasks),
+                                  "queues": None if queues is None else list(queues)})
+
+    def worker_gone(self, worker_id: uuid.UUID) -> None:
+        self._one("worker_gone", {"id": worker_id})
+
+    def live_workers(self, live_seconds: float) -> int:
+        """How many workers were seen within ``live_seconds``."""
+        return int(self._one("live_workers", {"live": live_seconds})[0])
+
+    def untakeable(self, live_seconds: float) -> list[tuple[str, str, int]]:
+        """(queue, task, queued jobs) that no worker seen within ``live_seconds`` can take."""
+        return [(r[0], r[1], int(r[2])) for r in self._all("untakeable", {"live": live_seconds})]
 
     # ---- lifecycle ---------------------------------------------------------------------------
 

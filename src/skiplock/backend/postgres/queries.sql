@@ -50,6 +50,45 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
 
+-- name: claim_tasks
+-- What a worker runs: `claim`, for only the tasks it has handlers for (%(tasks)s, its registered
+-- names), so it never takes -- and fails -- another app's jobs. task is the last key of
+-- jobs_claim_idx: the filter is checked on index entries as the scan walks them in (priority, id)
+-- order, so a queued job of another task costs an index entry, never a heap fetch (see migration 7).
+-- The claims without the filter (`claim`, `claim_of_queues`, `claim_any_queue`) are the opt-in
+-- `fail_unknown_tasks` worker's.
+SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, now() AS claimed_at
+  FROM {schema}.jobs
+ WHERE state = 'queued' AND queue = %(queue)s AND task = ANY(%(tasks)s::text[]) AND run_at <= now()
+   AND NOT EXISTS (SELECT 1 FROM {schema}.paused_queues WHERE queue = %(queue)s)
+ ORDER BY priority, id
+ LIMIT %(limit)s
+   FOR UPDATE SKIP LOCKED;
+
+-- name: claim_tasks_of_queues
+-- `claim_of_queues` for the worker's tasks only: jobs_claim_any_idx in order, the task checked on the
+-- index entry (an Index Cond), the queue on the row.
+SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, now() AS claimed_at
+  FROM {schema}.jobs
+ WHERE state = 'queued' AND queue = ANY(%(queues)s) AND task = ANY(%(tasks)s::text[]) AND run_at <= now()
+   AND (NOT EXISTS (SELECT FROM {schema}.paused_queues)
+        OR queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues)))
+ ORDER BY priority, id
+ LIMIT %(limit)s
+   FOR UPDATE SKIP LOCKED;
+
+-- name: claim_tasks_any_queue
+-- `claim_any_queue` for the worker's tasks only: jobs_claim_any_idx in order, the task checked on
+-- the index entry (an Index Cond).
+SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, now() AS claimed_at
+  FROM {schema}.jobs
+ WHERE state = 'queued' AND task = ANY(%(tasks)s::text[]) AND run_at <= now()
+   AND (NOT EXISTS (SELECT FROM {schema}.paused_queues)
+        OR queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues)))
+ ORDER BY priority, id
+ LIMIT %(limit)s
+   FOR UPDATE SKIP LOCKED;
+
 -- name: start_attempt
 -- Run on a separate autocommit connection while the job's transaction holds the row lock: it
 -- touches only job_attempts, so it never waits on that lock, and it survives the job's rollback.
@@ -568,3 +607,29 @@ UPDATE {schema}.jobs
 RETURNING id),
 requests_done AS (DELETE FROM {schema}.job_cancellations WHERE job_id IN (SELECT id FROM upd))
 SELECT id FROM upd;
+
+-- name: worker_seen
+-- A worker says it is alive, with what it can take: inserted at start, last_seen refreshed every few
+-- seconds. Rows of workers that died without deleting theirs are deleted after an hour (never this
+-- worker's own row: one statement must not both delete and update it).
+WITH stale AS (DELETE FROM {schema}.workers WHERE last_seen < now() - interval '1 hour' AND id <> %(id)s)
+INSERT INTO {schema}.workers AS w (id, name, tasks, queues) VALUES (%(id)s, %(name)s, %(tasks)s::text[], %(queues)s::text[])
+ON CONFLICT (id) DO UPDATE SET last_seen = now(), tasks = EXCLUDED.tasks, queues = EXCLUDED.queues;
+
+-- name: worker_gone
+DELETE FROM {schema}.workers WHERE id = %(id)s;
+
+-- name: live_workers
+-- Workers seen within %(live)s seconds.
+SELECT count(*) FROM {schema}.workers WHERE last_seen > now() - %(live)s::float8 * interval '1 second';
+
+-- name: untakeable
+-- Queued jobs no running worker can take, by queue and task: no worker seen within %(live)s seconds
+-- has the task registered and serves the queue (queues NULL: every queue). They wait, untouched.
+WITH q AS (SELECT queue, task, count(*) AS n FROM {schema}.jobs WHERE state = 'queued' GROUP BY queue, task)
+SELECT q.queue, q.task, q.n
+  FROM q
+ WHERE NOT EXISTS (SELECT 1 FROM {schema}.workers w
+                    WHERE w.last_seen > now() - %(live)s::float8 * interval '1 second'
+                      AND q.task = ANY(w.tasks) AND (w.queues IS NULL OR q.queue = ANY(w.queues)))
+ ORDER BY q.queue, q.task;

@@ -1,0 +1,51 @@
+"""A running worker's row in the ``workers`` table: its task names and queues, so ``skiplock status``
+and ``skiplock jobs`` can show queued jobs that no running worker can take (schema migration 7).
+
+The row is written before the worker claims anything, refreshed every ``SEEN_INTERVAL`` seconds, and
+deleted when the worker exits. A worker that dies without deleting it (SIGKILL, a lost machine) stops
+counting as running ``LIVE_SECONDS`` after its last refresh. The row is advisory: it drives what
+status shows, never what is claimed (a worker claims only its own tasks whatever the table says).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Sequence
+
+import psycopg
+
+from ..errors import DatabaseUnavailable
+from ..maintenance.service import Service
+
+if TYPE_CHECKING:
+    from ..backend.postgres.backend import PostgresBackend
+
+log = logging.getLogger("skiplock.worker")
+
+SEEN_INTERVAL = 10.0
+LIVE_SECONDS = 3 * SEEN_INTERVAL
+
+
+class Presence(Service):
+    name = "presence"
+
+    def __init__(self, backend: "PostgresBackend", worker: str, tasks: Sequence[str], queues: Sequence[str] | None,
+                 interval: float = SEEN_INTERVAL):
+        super().__init__(interval)
+        self.backend = backend
+        self.id = uuid.uuid4()
+        self.worker = worker
+        self.tasks = sorted(tasks)
+        self.queues = None if queues is None else list(queues)
+
+    def step(self) -> None:
+        self.backend.worker_seen(self.id, self.worker, self.tasks, self.queues)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        super().stop(timeout)
+        try:
+            self.backend.worker_gone(self.id)
+        except (DatabaseUnavailable, psycopg.Error) as exc:
+            log.warning("could not remove this worker's row from the workers table (%s); it stops counting "
+                        "as running %.0fs after its last refresh", exc, LIVE_SECONDS)
