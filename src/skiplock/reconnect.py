@@ -135,6 +135,8 @@ class ReadinessProbe:
                 self._waiters -= 1
 
     def _run(self) -> None:
+        # Every exit clears ``_thread`` under the lock in which it decided to exit, so a waiter that
+        # comes in meanwhile either sees this thread still going or starts a new one.
         try:
             while True:
                 answered = self._answers(self._dsn)
@@ -145,14 +147,17 @@ class ReadinessProbe:
                             self.back_at = time.monotonic()
                             self._cond.notify_all()
                         self._seen_down = False
+                        self._thread = None
                         return
                     self._seen_down = True
-                    if self._waiters == 0:
-                        return  # nobody waits; the next waiter starts a new probe (still "seen down")
+                    if self._waiters == 0:  # nobody waits; the next waiter starts a new probe
+                        self._thread = None
+                        return
                 time.sleep(random.uniform(*self._pause))
-        finally:
+        except BaseException:
             with self._cond:
                 self._thread = None
+            raise
 
 
 _probes: dict[str, ReadinessProbe] = {}
