@@ -57,7 +57,9 @@ def test_backoff_refuses_nonsense():
     with pytest.raises(ValueError):
         Backoff(0.0, 1.0)
     with pytest.raises(ValueError):
-        Backoff(1.0, 0.5)
+        Backoff(1.0, -0.5)
+    small = Backoff(0.25, 0.05, rng=lambda low, high: high)  # a cap below the base is the cap
+    assert [small.next() for _ in range(3)] == [0.05, 0.05, 0.05]
 
 
 def test_backoff_survives_a_very_long_outage():
