@@ -1,6 +1,6 @@
 """Recovery after an outage: the server stopped for several seconds, then started again.
 
-Invariants: a worker process left running through the outage resumes on its own and runs the jobs
+Invariants: a worker process (and an outbox relay) left running through the outage resumes on its own and runs the jobs
 enqueued once the server is back; its log reports the outage in one WARNING line (and its end in one
 INFO line), with none of the driver's own warnings about the same connections ("Pipeline [BAD]",
 the pool's "error connecting"). A producer whose pool was open before the outage gets
@@ -12,6 +12,8 @@ is back -- its pool does not stay stuck in a backoff of its own. Deadlines are s
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 import time
 
 import psycopg
@@ -21,6 +23,7 @@ import faults_tasks
 import skiplock
 from faults_support import wait_for
 from skiplock.errors import DatabaseUnavailable
+from skiplock.reconnect import ReadinessProbe
 
 # Longer than several backoff steps (0.25, 0.5, 1, 2, 4 s), so a loop's own backoff has grown well
 # past the time it takes the server to come back.
@@ -95,3 +98,65 @@ def test_enqueue_while_the_server_is_down_fails_within_the_connect_timeout(fault
         assert app.get_job(job_id).state == "queued"
     finally:
         app.close()
+
+
+class Collect:
+    """A sink that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.payloads: list[object] = []
+        self._lock = threading.Lock()
+
+    def deliver(self, message: object) -> None:
+        with self._lock:
+            self.payloads.append(message.payload)  # type: ignore[attr-defined]
+
+
+def test_a_relay_resumes_after_an_outage_and_reports_it_once(fault_server, fdsn, caplog):
+    app = skiplock.App(fdsn, connect_timeout=1.0)
+    sink = Collect()
+    relay = app.relay(sink, poll_interval=0.5)
+    try:
+        with caplog.at_level(logging.INFO):
+            relay.start()
+            app.outbox.put("t", {"n": 0})
+            wait_for(lambda: sink.payloads == [{"n": 0}], 60, "the relay to deliver a first message")
+            fault_server.stop("fast")
+            try:
+                time.sleep(DOWN_SECONDS)  # the fault itself
+            finally:
+                fault_server.start()
+            app.outbox.put("t", {"n": 1})  # the same App: its pool did not stay broken
+            wait_for(lambda: sink.payloads == [{"n": 0}, {"n": 1}], 60, "the message put after the outage",
+                     on_timeout=lambda: str(sink.payloads))
+    finally:
+        relay.stop()
+        app.close()
+    assert relay.stats.reconnects >= 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "database connection lost" in warnings[0], warnings
+    assert [r for r in caplog.records if r.levelno == logging.INFO and "reconnected to the database after" in
+            r.getMessage()], [r.getMessage() for r in caplog.records]
+    assert not [r for r in caplog.records if r.name.startswith("psycopg")], [r.getMessage() for r in caplog.records]
+
+
+def test_the_readiness_probe_sees_the_real_server_come_back(fault_server, fdsn):
+    """Waiters whose own backoff is 10 minutes are woken when the server accepts connections again."""
+    probe = ReadinessProbe(fdsn)
+    fault_server.stop("fast")
+    woken: list[bool] = []
+    try:
+        failed_at = time.monotonic()
+        waiters = [threading.Thread(target=lambda: woken.append(probe.wait(failed_at, 600.0))) for _ in range(4)]
+        for t in waiters:
+            t.start()
+        wait_for(lambda: probe.attempts >= 3, 30, "the probe to find the server down a few times")
+    finally:
+        fault_server.start()
+    for t in waiters:
+        t.join(60)  # safety net; without the probe they would sleep 600 s
+    assert woken == [True] * 4
+    attempts = probe.attempts
+    assert probe.wait(time.monotonic(), 0.5) is False  # the server is up: nothing to wake anyone for
+    wait_for(lambda: probe._thread is None, 30, "the probe to stop")
+    assert probe.attempts == attempts + 1  # one attempt, then the probe stops
