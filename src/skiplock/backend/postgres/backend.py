@@ -211,6 +211,7 @@ class PostgresBackend:
         self.wake_payload = f"enqueued:{schema}"
         self._pool: ConnectionPool | None = None
         self._pool_size = pool_size
+        self._pool_errors = 0  # the pool's failed connection attempts when a call last timed out on it
         self._lock = threading.Lock()
         self._idle_lock = threading.Lock()
         self._idle_since: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = weakref.WeakKeyDictionary()
@@ -240,9 +241,11 @@ class PostgresBackend:
                         pool.close()
                         raise DatabaseUnavailable(self._no_connection()) from None
                     self._pool = pool
+                    self._pool_errors = 0
         return self._pool
 
     def _no_connection(self, pool: ConnectionPool | None = None) -> str:
+        """The error of a call that got no connection in time (``pool``: say so if it was busy)."""
         busy = ""
         if pool is not None:
             stats = pool.get_stats()
@@ -254,13 +257,15 @@ class PostgresBackend:
     def _discard_pool(self, pool: ConnectionPool) -> None:
         """Replace a pool that could not connect: its own reconnect attempts back off (1 s, doubling)
         and would keep callers waiting long after the server is back; the next caller opens a new
-        one, which connects at once. The old one is closed in the background (connections still out
-        are closed when returned; callers waiting on it get DatabaseUnavailable)."""
+        one, which connects at once. The old one is closed once every caller already waiting on it has
+        had its connection or its timeout (connections still out then are closed when returned)."""
         with self._lock:
             if self._pool is not pool:
                 return
             self._pool = None
-        threading.Thread(target=pool.close, name="skiplock-pool-close", daemon=True).start()
+        closer = threading.Timer(self.connect_timeout + 1.0, pool.close)
+        closer.name, closer.daemon = "skiplock-pool-close", True
+        closer.start()
 
     # A pooled connection back from use within this many seconds skips the round trip of a full check.
     CHECK_AFTER_IDLE = 2.0
@@ -288,16 +293,18 @@ class PostgresBackend:
         """A pooled autocommit connection, with a clear error when the server is gone. Connections
         are checked as they leave the pool, so one killed by a server restart is replaced, not used."""
         pool = self.pool()
-        errors = pool.get_stats().get("connections_errors", 0)
         try:
             with pool.connection(timeout=self.connect_timeout) as conn:
                 yield conn
             with self._idle_lock:  # here, not in the pool's reset hook: that one runs in a pool thread
                 self._idle_since[conn] = time.monotonic()
         except PoolTimeout:
-            if pool.get_stats().get("connections_errors", 0) > errors:  # it tried and could not connect
+            errors = pool.get_stats().get("connections_errors", 0)
+            unreachable = errors > self._pool_errors  # it failed to connect since we last looked
+            if unreachable:
+                self._pool_errors = errors
                 self._discard_pool(pool)
-            raise DatabaseUnavailable(self._no_connection(pool)) from None
+            raise DatabaseUnavailable(self._no_connection(None if unreachable else pool)) from None
         except CONNECTION_LOST as exc:
             if not session_gone(exc):
                 raise
