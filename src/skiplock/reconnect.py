@@ -146,6 +146,7 @@ class ReadinessProbe:
                         if answered and self._seen_down:
                             self.back_at = time.monotonic()
                             self._cond.notify_all()
+                            log.debug("the server accepts connections again; waking %d waiter(s)", self._waiters)
                         self._seen_down = False
                         self._thread = None
                         return
