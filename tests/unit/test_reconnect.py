@@ -244,3 +244,17 @@ def test_connect_timeout_option_and_environment(monkeypatch):
     for bad_value in (0, -1.0, float("nan"), True, "5"):
         with pytest.raises(ConfigurationError, match="connect_timeout"):
             skiplock.App("host=/nowhere", connect_timeout=bad_value)
+
+
+def test_the_cli_refuses_a_bad_connect_timeout_in_one_line():
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_")}
+    env["SKIPLOCK_CONNECT_TIMEOUT"] = "soon"
+    proc = subprocess.run([sys.executable, "-m", "skiplock", "--dsn", "host=/nonexistent port=1", "status"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.stderr.strip().splitlines() == [
+        "error: SKIPLOCK_CONNECT_TIMEOUT must be a number of seconds, got 'soon'"], proc.stderr
