@@ -4,7 +4,10 @@ scripted "server"), one log line per outage, the driver-noise filter, and the co
 from __future__ import annotations
 
 import logging
+import os
 import random
+import subprocess
+import sys
 import threading
 import time
 
@@ -247,10 +250,6 @@ def test_connect_timeout_option_and_environment(monkeypatch):
 
 
 def test_the_cli_refuses_a_bad_connect_timeout_in_one_line():
-    import os
-    import subprocess
-    import sys
-
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_")}
     env["SKIPLOCK_CONNECT_TIMEOUT"] = "soon"
     proc = subprocess.run([sys.executable, "-m", "skiplock", "--dsn", "host=/nonexistent port=1", "status"],
