@@ -56,8 +56,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import psycopg
 
 from ..backend.outbox_base import Finish, Message, OutboxStore
-from ..errors import ConfigurationError, DatabaseUnavailable
 from ..backend.postgres.backend import CONNECTION_LOST
+from ..errors import ConfigurationError, DatabaseUnavailable
 from ..reconnect import Reconnects, quiet_driver_noise, reason
 from ..retry import RetryPolicy, as_policy
 from ..worker.listener import Listener
