@@ -5,11 +5,13 @@
     python -m bench --only drain,latency # some scenarios (their references are added automatically)
     python -m bench --dsn postgresql://… # an existing server (we CREATE/DROP a database per scenario)
     python -m bench --rev HEAD           # the committed skiplock of a git revision, not the working tree
+    python -m bench --only outage --outages 5,17   # outage recovery without the 60 s outage
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -28,7 +30,7 @@ from .common import (FULL, QUICK, REPO_ROOT, Context, Figure, MachineLoad, Serve
                      use_revision)
 
 # Scenario modules import skiplock, so they are loaded only after --rev has chosen which one.
-SCENARIOS = ["baseline", "drain", "many_workers", "backlog", "enqueue", "latency", "outbox_relay"]
+SCENARIOS = ["baseline", "drain", "many_workers", "backlog", "enqueue", "latency", "outbox_relay", "outage"]
 # what each scenario's ratios are measured against
 NEEDS = {"drain": ["baseline"], "many_workers": ["baseline", "drain"], "backlog": ["baseline"]}
 
@@ -55,6 +57,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "instead of the skiplock CLI")
     p.add_argument("--rev", help="benchmark skiplock's src/ as committed in this git revision (exported with "
                                  "git archive to a temporary directory) instead of the working tree")
+    p.add_argument("--outages", help="outage scenario: comma-separated seconds the server stays down "
+                                     "[5,17,60; --quick: 2,5]")
     p.add_argument("--no-end-baseline", action="store_true",
                    help="do not repeat the pgbench baseline at the end (done by default in full runs)")
     return p.parse_args(argv)
@@ -152,6 +156,14 @@ def main(argv: list[str] | None = None) -> int:
     except argparse.ArgumentTypeError as exc:
         raise SystemExit(f"--worker-option: {exc}") from None
     sizes = QUICK if args.quick else FULL
+    if args.outages:
+        try:
+            outages = tuple(float(x) for x in args.outages.split(",") if x.strip())
+        except ValueError:
+            raise SystemExit(f"--outages: expected comma-separated seconds, got {args.outages!r}") from None
+        if not outages or min(outages) <= 0:
+            raise SystemExit(f"--outages: expected positive seconds, got {args.outages!r}")
+        sizes = dataclasses.replace(sizes, outage_seconds=outages)
     drain_conc = [int(x) for x in args.drain_concurrency.split(",") if x.strip()]
     started = time.time()
     t0 = time.perf_counter()

@@ -534,12 +534,14 @@ class Sizes:
     many_jobs: int = 100_000
     many_processes: int = 8
     many_concurrency: int = 8
+    outage_seconds: tuple[float, ...] = (5.0, 17.0, 60.0)  # outage scenario: how long the server is down
 
 
 FULL = Sizes()
 QUICK = Sizes(baseline_tx=4_000, drain_jobs=4_000, latency_seconds=2.0, latency_idle_seconds=1.0,
               enqueue_many=20_000, enqueue_single=300, insert_pgbench_seconds=1.0, backlog_large=100_000,
-              backlog_claims=2_000, backlog_warmup=200, backlog_max_seconds=6.0, many_jobs=4_000)
+              backlog_claims=2_000, backlog_warmup=200, backlog_max_seconds=6.0, many_jobs=4_000,
+              outage_seconds=(2.0, 5.0))
 
 
 @dataclass

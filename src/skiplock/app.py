@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from .backend.base import NewJob
 from .backend.postgres import PostgresBackend
-from .backend.postgres.backend import KeyedBatch
+from .backend.postgres.backend import DEFAULT_CONNECT_TIMEOUT, KeyedBatch
 from .errors import (ConfigurationError, DuplicateJob, InvalidJob, JobFailed, JobNotFound, UnknownQueue,
                      UnknownTask, WaitTimeout)
 from .job import Job, JobState
@@ -230,18 +230,43 @@ def _check_run_at(run_at: Any) -> datetime | None:
     return utc
 
 
+def _check_connect_timeout(value: Any) -> float:
+    """``App(connect_timeout=...)``, else ``SKIPLOCK_CONNECT_TIMEOUT``, else the default; a positive
+    finite number of seconds, or ConfigurationError saying where the bad value came from."""
+    source = "connect_timeout"
+    if value is None:
+        env = os.environ.get("SKIPLOCK_CONNECT_TIMEOUT", "").strip()
+        if not env:
+            return DEFAULT_CONNECT_TIMEOUT
+        source = "SKIPLOCK_CONNECT_TIMEOUT"
+        try:
+            value = float(env)
+        except ValueError:
+            raise ConfigurationError(f"SKIPLOCK_CONNECT_TIMEOUT must be a number of seconds, got {env!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigurationError(f"{source} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
 class App:
     """The entry point: ``App(dsn=None)`` uses the embedded PostgreSQL (or ``SKIPLOCK_DSN``).
 
     Nothing connects until first use, so an App can be created at import time and configured later
     (the CLI's ``--dsn`` does that through :meth:`configure`).
+
+    ``connect_timeout`` (seconds; default ``SKIPLOCK_CONNECT_TIMEOUT``, else 5): the longest a call
+    that needs a pooled connection (``enqueue``/``enqueue_many``/``outbox.put`` without ``conn``,
+    reads, ...) waits for one before raising :class:`DatabaseUnavailable` -- while the server is down
+    or while every pooled connection is in use; also libpq's connect timeout of every connection
+    skiplock opens (whole seconds, at least 2).
     """
 
     def __init__(self, dsn: str | None = None, *, schema: str = "skiplock", data_dir: str | Path | None = None,
                  lease_timeout: float = 600.0, max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
                  max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
-                 retention: Mapping[str, float | timedelta] | None = None):
+                 retention: Mapping[str, float | timedelta] | None = None, connect_timeout: float | None = None):
         self._dsn = dsn
+        self.connect_timeout = _check_connect_timeout(connect_timeout)
         self.schema = schema
         self.data_dir = data_dir
         self.lease_timeout = lease_timeout
@@ -288,7 +313,8 @@ class App:
         if self._backend is None:
             if not isinstance(self.schema, str) or not self.schema or len(self.schema) > 63:
                 raise ConfigurationError(f"schema must be a non-empty name of at most 63 characters, got {self.schema!r}")
-            self._backend = PostgresBackend(self.dsn, self.schema, lease_timeout=self.lease_timeout)
+            self._backend = PostgresBackend(self.dsn, self.schema, lease_timeout=self.lease_timeout,
+                                            connect_timeout=self.connect_timeout)
         return self._backend
 
     def check(self) -> None:

@@ -33,6 +33,10 @@ next poll. The notification is a hint, never the source of truth: the relay stil
 ``poll_interval``, claims once after every (re)connect of the listener (anything put while it was not
 listening is found then), and a dead listener connection is detected by TCP keepalives and
 reconnected with backoff.
+
+Losing the database (an outage, a restart): the relay's loop and its listener wait like every other
+reconnecting loop (``skiplock.reconnect``): full-jitter backoff up to ``max_reconnect_delay``, cut
+short when the process's readiness probe sees the server back, one WARNING per outage.
 """
 
 from __future__ import annotations
@@ -52,7 +56,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 import psycopg
 
 from ..backend.outbox_base import Finish, Message, OutboxStore
+from ..backend.postgres.backend import CONNECTION_LOST
 from ..errors import ConfigurationError, DatabaseUnavailable
+from ..reconnect import Reconnects, quiet_driver_noise, reason
 from ..retry import RetryPolicy, as_policy
 from ..worker.listener import Listener
 from .policy import DEFAULT_RETRY, decide
@@ -192,26 +198,31 @@ class Relay:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 previous[sig] = signal.signal(sig, self._on_signal)
         self._pool = cf.ThreadPoolExecutor(self.concurrency, thread_name_prefix="skiplock-deliver")
+        quiet_driver_noise()
+        recovery = Reconnects(self.app.backend.dsn, log, cap=self.max_reconnect_delay)
         listener_stop = threading.Event()
         if self.listen and not stop_when_empty:
             store = self.store
             self.listener = Listener(store.connect_listener, store.wake_payload, self._wake, listener_stop,
-                                     self.max_reconnect_delay).start()
+                                     self.max_reconnect_delay, recovery=recovery).start()
         self.started.set()
-        delay = 0.0
+        backoff = recovery.backoff()
+        who = f"relay {self.name}"
         try:
             while not self._stopping.is_set():
                 self._wakeup.clear()  # a notification from here on ends the idle wait below at once
                 try:
                     n = self.run_once()
-                    delay = 0.0
+                    recovery.connected(who, backoff)
                 except (psycopg.Error, DatabaseUnavailable) as exc:
-                    delay = min(self.max_reconnect_delay, max(0.25, delay * 2))
                     self.stats.reconnects += 1
-                    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                    log.warning("relay %s: database error (%s); retrying in %.2fs", self.name, reason, delay)
                     self._close_tx_conn()
-                    self._stopping.wait(delay)
+                    delay = backoff.next()
+                    if isinstance(exc, (*CONNECTION_LOST, DatabaseUnavailable)):
+                        recovery.lost(who, exc, delay, self._stopping)
+                    else:
+                        log.warning("%s: database error (%s); retrying in %.2fs", who, reason(exc), delay)
+                        self._stopping.wait(delay)
                     continue
                 if n:
                     self.idle.clear()

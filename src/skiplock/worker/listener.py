@@ -3,7 +3,9 @@
 NOTIFY is a hint, never the source of truth: slots still poll every ``poll_interval``, and after the
 listener (re)connects it wakes every slot once, so a notification lost while it was disconnected
 costs at most one poll interval. A dead listener connection raises on its next read (TCP keepalives
-bound how long that takes); it is then reconnected with backoff and re-LISTENs.
+bound how long that takes); it is then reconnected and re-LISTENs, waiting like every other
+reconnecting loop (``skiplock.reconnect``: full-jitter backoff, woken early when the process's
+readiness probe sees the server back, one log line per outage for its owner).
 """
 
 from __future__ import annotations
@@ -15,18 +17,20 @@ from typing import Callable
 import psycopg
 
 from ..errors import DatabaseUnavailable
+from ..reconnect import Reconnects
 
 log = logging.getLogger("skiplock.listener")
 
 
 class Listener:
     def __init__(self, connect: Callable[[], psycopg.Connection], payload: str, wake: Callable[[bool], None],
-                 stopping: threading.Event, max_backoff: float = 30.0):
+                 stopping: threading.Event, max_backoff: float = 30.0, *, recovery: Reconnects | None = None):
         self._connect = connect
         self._payload = payload
         self._wake = wake
         self._stopping = stopping
-        self._max_backoff = max_backoff
+        # The owner's (a worker's, a relay's), so an outage is reported once for all of its loops.
+        self._recovery = recovery if recovery is not None else Reconnects(None, log, cap=max_backoff)
         self.notifications = 0
         self.reconnects = 0
         self.listening = threading.Event()  # set while a LISTEN connection is up
@@ -42,15 +46,15 @@ class Listener:
         self._thread.join(5)
 
     def _run(self) -> None:
-        delay = 0.0
+        backoff = self._recovery.backoff()
         while not self._stopping.is_set():
             try:
                 self._conn = self._connect()
                 self.listening.set()
-                if delay:
-                    log.info("listener reconnected; polling once for anything missed")
+                if backoff.failures:
+                    log.debug("listener reconnected; polling once for anything missed")
+                    self._recovery.connected("listener", backoff)
                 self._wake(True)  # every slot: anything enqueued while we were not listening is found
-                delay = 0.0
                 while not self._stopping.is_set():
                     for note in self._conn.notifies(timeout=0.25):
                         if note.payload == self._payload:
@@ -60,11 +64,11 @@ class Listener:
                 self.listening.clear()
                 if self._stopping.is_set():
                     break
-                delay = min(self._max_backoff, max(0.25, delay * 2))
                 self.reconnects += 1
-                log.warning("listener connection lost (%s); reconnecting in %.2fs (polling meanwhile)",
-                            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, delay)
-                self._stopping.wait(delay)
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+                self._recovery.lost("listener", exc, backoff.next(), self._stopping)  # slots poll meanwhile
             finally:
                 self.listening.clear()
                 if self._conn is not None:

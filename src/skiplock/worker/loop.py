@@ -4,7 +4,10 @@ Several worker processes cooperate through SKIP LOCKED alone; there is no coordi
 Shutdown: the first SIGINT/SIGTERM (or :meth:`Worker.stop`) stops claiming and lets in-flight
 jobs finish; a second one (or ``stop(abort=True)``) terminates the in-flight jobs' database sessions,
 so their transactions roll back and the jobs return to the queue: nothing is lost.
-A lost database connection is logged and retried with capped exponential backoff.
+A lost database connection is retried with full-jitter backoff (``skiplock.reconnect``): slots,
+listener and maintenance services all wait on the process's readiness probe, so they resume within
+about a second of the server's return however long it was away, and the worker logs one WARNING per
+outage (and one INFO when it is back), not one per slot and retry.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from ..maintenance.periodic import Scheduler
 from ..maintenance.pruner import Pruner
 from ..maintenance.rescuer import Rescuer
 from ..maintenance.service import Service
+from ..reconnect import Reconnects, quiet_driver_noise
 from .executor import BatchRun, Executor
 from .heartbeat import Heartbeat
 from .listener import Listener
@@ -143,6 +147,7 @@ class Worker:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.handle_signals = handle_signals
         self.max_reconnect_delay = max_reconnect_delay
+        self.recovery: Reconnects | None = None  # set by run(): shared by the slots, listener and services
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= 1000:
             raise ValueError(f"batch_size must be an integer from 1 to 1000, got {batch_size!r}")
         self.batch_size = batch_size
@@ -220,6 +225,8 @@ class Worker:
         self._claim_tasks = None if self.fail_unknown_tasks else sorted(self.app.tasks)
         presence = Presence(self.app.backend, self.name, list(self.app.tasks), self.queues)
         self.services.append(presence)
+        quiet_driver_noise()
+        self.recovery = Reconnects(self.app.backend.dsn, log, cap=self.max_reconnect_delay)
         claimed_leases = [t.lease_seconds for t in self.app.tasks.values() if t.lease == "claimed"]
         heartbeat = Heartbeat(self.app.backend, min(claimed_leases) / 3) if claimed_leases else None
         executor = Executor(self.app, self.name, heartbeat, fast_seconds=self.batch_budget / 10)
@@ -234,11 +241,14 @@ class Worker:
             if self.app.schedules:
                 self.services.append(Scheduler(self.app))
             self.services.append(Pruner(self.app, self.prune_interval))
+        for service in self.services:
+            service.recovery = self.recovery
         threads = [threading.Thread(target=self._slot, args=(i, executor), name=f"skiplock-slot-{i}", daemon=True)
                    for i in range(self.concurrency)]
         if self.listen:
             backend = self.app.backend
-            self.listener = Listener(backend.connect_listener, backend.wake_payload, self.wake, self._stopping)
+            self.listener = Listener(backend.connect_listener, backend.wake_payload, self.wake, self._stopping,
+                                     self.max_reconnect_delay, recovery=self.recovery)
         try:
             presence.step()  # advertised before the first claim; deleted when the services stop
             if self.listener is not None:
@@ -321,7 +331,9 @@ class Worker:
         backend = self.app.backend
         conn: psycopg.Connection[Any] | None = None
         size = ClaimSize(self.batch_size)
-        delay = 0.0
+        recovery = self.recovery
+        assert recovery is not None
+        backoff = recovery.backoff()
         try:
             while not self._stopping.is_set():
                 try:
@@ -330,12 +342,13 @@ class Worker:
                     if conn is None:
                         conn = backend.connect_lease(f"skiplock-worker {slot_name}")
                         self._conns[index] = conn
-                        if delay:
-                            log.warning("slot %s: reconnected to the database", slot_name)
                     claimed, turn = self._claim(conn, size, executor, index)
+                    if backoff.failures:  # the connection works: an outage (if any) is over
+                        recovery.connected(f"slot {slot_name}")
                     try:
                         if not claimed:
                             conn.rollback()
+                            backoff.reset()
                             if self._stop_when_empty:
                                 return
                             self._idle()
@@ -353,22 +366,20 @@ class Worker:
                     finally:
                         if turn:
                             self._give_batch_turn(index)
-                    delay = 0.0
+                    backoff.reset()
                 except Exception as exc:  # noqa: BLE001 - a slot never dies; it reconnects with backoff
                     if self.stats.aborted:
                         return
-                    delay = min(self.max_reconnect_delay, max(0.25, delay * 2))
                     self.stats.reconnects += 1
-                    if isinstance(exc, (*CONNECTION_LOST, DatabaseUnavailable)):
-                        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                        log.warning("slot %s: database connection lost (%s); reconnecting in %.2fs",
-                                    slot_name, reason, delay)
-                    else:
-                        log.exception("slot %s: unexpected error; reconnecting in %.2fs", slot_name, delay)
                     if conn is not None:
                         conn.close()
                         conn = None
-                    self._stopping.wait(delay)
+                    delay = backoff.next()
+                    if isinstance(exc, (*CONNECTION_LOST, DatabaseUnavailable)):
+                        recovery.lost(f"slot {slot_name}", exc, delay, self._stopping)
+                    else:
+                        log.exception("slot %s: unexpected error; reconnecting in %.2fs", slot_name, delay)
+                        self._stopping.wait(delay)
         finally:
             if conn is not None:
                 conn.close()

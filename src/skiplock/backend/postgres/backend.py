@@ -7,10 +7,17 @@ Two kinds of connection:
   transaction idle (or, on PostgreSQL 17+, open) longer than ``lease_timeout``, probes the client
   with TCP keepalives and ``client_connection_check_interval``, and drops it after
   ``tcp_user_timeout`` of unacknowledged data. Any of these rolls the job back to the queue.
+
+Connecting is bounded by ``connect_timeout`` (``App(connect_timeout=...)``, default
+DEFAULT_CONNECT_TIMEOUT seconds): the longest an operation on the pool (an ``enqueue`` without the
+caller's connection, say) waits for a connection before it raises DatabaseUnavailable -- while the
+server is down, or while every pooled connection is in use -- and libpq's ``connect_timeout`` of every
+connection skiplock opens (whole seconds, at least 2; a DSN's own ``connect_timeout`` wins there).
 """
 
 from __future__ import annotations
 
+import math
 import select
 import threading
 import time
@@ -27,10 +34,12 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...errors import DatabaseUnavailable, DuplicateJob, SchemaError
+from ...reconnect import quiet_driver_noise
 from ..base import ClaimedJob, NewJob
 from .queries import load_migrations, load_queries
 
-CONNECT_TIMEOUT = 10
+DEFAULT_CONNECT_TIMEOUT = 5.0
+CONNECT_TIMEOUT = 10  # the libpq connect_timeout of code that passes no timeout (kept for callers)
 # A batch of at least this many jobs is inserted with COPY instead of one INSERT … unnest statement:
 # below it the extra round trip costs more than COPY saves (bench: see PostgresBackend._copy_jobs).
 COPY_MIN_JOBS = 1000
@@ -69,13 +78,16 @@ def describe_dsn(dsn: str) -> str:
     return " ".join(f"{k}={v}" for k, v in parts.items()) or "<defaults>"
 
 
-def with_connect_timeout(dsn: str) -> dict[str, Any]:
-    """A bounded connect wait, unless the DSN sets its own."""
+def with_connect_timeout(dsn: str, seconds: float | None = None) -> dict[str, Any]:
+    """A bounded connect wait (``seconds``, rounded up to libpq's whole seconds, at least 2; default
+    CONNECT_TIMEOUT), unless the DSN sets its own."""
     try:
         given = pg_conninfo.conninfo_to_dict(dsn).get("connect_timeout")
     except psycopg.ProgrammingError:
         given = None
-    return {} if given else {"connect_timeout": CONNECT_TIMEOUT}
+    if given:
+        return {}
+    return {"connect_timeout": CONNECT_TIMEOUT if seconds is None else max(2, math.ceil(seconds))}
 
 
 def one_line(exc: BaseException) -> str:
@@ -83,10 +95,11 @@ def one_line(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
-def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
-    """psycopg.connect with a bounded wait and a clear error naming the server."""
+def connect(dsn: str, timeout: float | None = None, **kwargs: Any) -> psycopg.Connection[Any]:
+    """psycopg.connect with a bounded wait (see :func:`with_connect_timeout`) and a clear error
+    naming the server."""
     try:
-        return psycopg.connect(dsn, **with_connect_timeout(dsn), **kwargs)
+        return psycopg.connect(dsn, **with_connect_timeout(dsn, timeout), **kwargs)
     except psycopg.ProgrammingError as exc:
         raise DatabaseUnavailable(f"invalid DSN {dsn!r}: {one_line(exc)}") from None
     except psycopg.OperationalError as exc:
@@ -187,15 +200,18 @@ class KeyedBatch:
 
 
 class PostgresBackend:
-    def __init__(self, dsn: str, schema: str = "skiplock", *, lease_timeout: float = 600.0, pool_size: int = 8):
+    def __init__(self, dsn: str, schema: str = "skiplock", *, lease_timeout: float = 600.0, pool_size: int = 8,
+                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT):
         self.dsn = dsn
         self.schema = schema
         self.lease_timeout = lease_timeout
+        self.connect_timeout = float(connect_timeout)
         self.q = load_queries(schema)
         # NOTIFY payloads on the fixed channel `skiplock` (a channel is never named from user input).
         self.wake_payload = f"enqueued:{schema}"
         self._pool: ConnectionPool | None = None
         self._pool_size = pool_size
+        self._pool_errors = 0  # the pool's failed connection attempts when a call last timed out on it
         self._lock = threading.Lock()
         self._idle_lock = threading.Lock()
         self._idle_since: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = weakref.WeakKeyDictionary()
@@ -206,20 +222,50 @@ class PostgresBackend:
         if self._pool is None:
             with self._lock:
                 if self._pool is None:
-                    connect(self.dsn).close()  # fail fast with a clear message if unreachable
+                    quiet_driver_noise()
+                    connect(self.dsn, self.connect_timeout).close()  # fail fast with a clear message if unreachable
                     pool = ConnectionPool(
                         self.dsn,
                         min_size=1,
                         max_size=self._pool_size,
-                        kwargs={"autocommit": True, "application_name": "skiplock", **with_connect_timeout(self.dsn)},
+                        kwargs={"autocommit": True, "application_name": "skiplock",
+                                **with_connect_timeout(self.dsn, self.connect_timeout)},
                         open=False,
                         name="skiplock",
                         reconnect_timeout=60,
                         check=self._check_pooled,
                     )
-                    pool.open(wait=True, timeout=CONNECT_TIMEOUT + 5)
+                    try:
+                        pool.open(wait=True, timeout=self.connect_timeout)
+                    except PoolTimeout:
+                        pool.close()
+                        raise DatabaseUnavailable(self._no_connection()) from None
                     self._pool = pool
+                    self._pool_errors = 0
         return self._pool
+
+    def _no_connection(self, pool: ConnectionPool | None = None) -> str:
+        """The error of a call that got no connection in time (``pool``: say so if it was busy)."""
+        busy = ""
+        if pool is not None:
+            stats = pool.get_stats()
+            if stats.get("pool_size", 0) >= self._pool_size and not stats.get("pool_available"):
+                busy = f"; all {self._pool_size} pooled connections were in use"
+        return (f"no connection to PostgreSQL ({describe_dsn(self.dsn)}) within {self.connect_timeout:g}s "
+                f"(connect_timeout){busy}")
+
+    def _discard_pool(self, pool: ConnectionPool) -> None:
+        """Replace a pool that could not connect: its own reconnect attempts back off (1 s, doubling)
+        and would keep callers waiting long after the server is back; the next caller opens a new
+        one, which connects at once. The old one is closed once every caller already waiting on it has
+        had its connection or its timeout (connections still out then are closed when returned)."""
+        with self._lock:
+            if self._pool is not pool:
+                return
+            self._pool = None
+        closer = threading.Timer(self.connect_timeout + 1.0, pool.close)
+        closer.name, closer.daemon = "skiplock-pool-close", True
+        closer.start()
 
     # A pooled connection back from use within this many seconds skips the round trip of a full check.
     CHECK_AFTER_IDLE = 2.0
@@ -248,13 +294,17 @@ class PostgresBackend:
         are checked as they leave the pool, so one killed by a server restart is replaced, not used."""
         pool = self.pool()
         try:
-            with pool.connection(timeout=CONNECT_TIMEOUT + 5) as conn:
+            with pool.connection(timeout=self.connect_timeout) as conn:
                 yield conn
             with self._idle_lock:  # here, not in the pool's reset hook: that one runs in a pool thread
                 self._idle_since[conn] = time.monotonic()
         except PoolTimeout:
-            raise DatabaseUnavailable(f"no connection to PostgreSQL ({describe_dsn(self.dsn)}) within "
-                                      f"{CONNECT_TIMEOUT + 5}s") from None
+            errors = pool.get_stats().get("connections_errors", 0)
+            unreachable = errors > self._pool_errors  # it failed to connect since we last looked
+            if unreachable:
+                self._pool_errors = errors
+                self._discard_pool(pool)
+            raise DatabaseUnavailable(self._no_connection(None if unreachable else pool)) from None
         except CONNECTION_LOST as exc:
             if not session_gone(exc):
                 raise
@@ -272,7 +322,8 @@ class PostgresBackend:
         user_options = pg_conninfo.conninfo_to_dict(self.dsn).get("options")
         if user_options:
             options = f"{user_options} {options}"
-        conn = connect(self.dsn, autocommit=False, application_name=application_name, options=options, **CLIENT_TCP)
+        conn = connect(self.dsn, self.connect_timeout, autocommit=False, application_name=application_name,
+                       options=options, **CLIENT_TCP)
         if conn.info.server_version >= 170000:
             conn.execute(self.q["set_transaction_timeout"], {"value": f"{ms}ms"})
             conn.commit()
@@ -281,7 +332,7 @@ class PostgresBackend:
     def connect_bookkeeping(self) -> psycopg.Connection[Any]:
         """An autocommit connection for attempt counting. ``synchronous_commit=off``: a count lost in
         a server crash costs at most one extra attempt, and it saves a WAL flush per job."""
-        return connect(self.dsn, autocommit=True, application_name="skiplock-attempts",
+        return connect(self.dsn, self.connect_timeout, autocommit=True, application_name="skiplock-attempts",
                        options="-c synchronous_commit=off", **CLIENT_TCP)
 
     def close(self) -> None:
@@ -626,7 +677,8 @@ class PostgresBackend:
 
     def connect_listener(self) -> psycopg.Connection[Any]:
         """An autocommit connection LISTENing on the fixed channel ``skiplock`` (never a user-named one)."""
-        conn = connect(self.dsn, autocommit=True, application_name="skiplock-listener", **CLIENT_TCP)
+        conn = connect(self.dsn, self.connect_timeout, autocommit=True, application_name="skiplock-listener",
+                       **CLIENT_TCP)
         conn.execute(self.q["listen"])
         return conn
 
