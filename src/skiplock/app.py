@@ -15,7 +15,7 @@ from .backend.base import NewJob
 from .backend.postgres import PostgresBackend
 from .backend.postgres.backend import KeyedBatch
 from .errors import (ConfigurationError, DuplicateJob, InvalidJob, JobFailed, JobNotFound, UnknownQueue,
-                     UnknownTask, WaitTimeout)
+                     UnknownTask, WaitTimeout, redact_dsn)
 from .job import Job, JobState
 from .retry import RetryPolicy, as_policy
 
@@ -288,6 +288,11 @@ class App:
             self._backend.close()
             self._backend = None
             self._schema_checked = False
+
+    def __repr__(self) -> str:
+        """Which database and schema, never the DSN's password (nor does it resolve the DSN)."""
+        dsn = "<SKIPLOCK_DSN or the embedded server>" if self._dsn is None else redact_dsn(self._dsn)
+        return f"<skiplock.App dsn={dsn!r} schema={self.schema!r} tasks={len(self.tasks)}>"
 
     def __enter__(self) -> "App":
         return self

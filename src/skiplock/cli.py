@@ -95,7 +95,9 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--dsn", envvar="SKIPLOCK_DSN", help="PostgreSQL DSN. Default: the embedded server.")
+@click.option("--dsn", envvar="SKIPLOCK_DSN",
+              help="PostgreSQL DSN. Default: the embedded server. A DSN with a password is better given as "
+                   "SKIPLOCK_DSN: other local users can read a command line. Never shown with its password.")
 @click.option("--data-dir", envvar="SKIPLOCK_DATA_DIR", type=click.Path(file_okay=False),
               help="Embedded server data directory (when no DSN is given).")
 @click.option("--schema", envvar="SKIPLOCK_SCHEMA", help="Database schema holding skiplock's tables [skiplock].")

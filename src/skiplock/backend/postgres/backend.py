@@ -26,7 +26,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ...errors import DatabaseUnavailable, DuplicateJob, SchemaError
+from ...errors import DatabaseUnavailable, DuplicateJob, SchemaError, redact, redact_dsn
 from ..base import ClaimedJob, NewJob
 from .queries import load_migrations, load_queries
 
@@ -60,13 +60,8 @@ def session_gone(exc: BaseException) -> bool:
 
 
 def describe_dsn(dsn: str) -> str:
-    """The DSN without its password, for messages."""
-    try:
-        parts = pg_conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        return "<unparseable DSN>"
-    parts.pop("password", None)
-    return " ".join(f"{k}={v}" for k, v in parts.items()) or "<defaults>"
+    """The DSN without its password, for messages (see :func:`skiplock.errors.redact_dsn`)."""
+    return redact_dsn(dsn)
 
 
 def with_connect_timeout(dsn: str) -> dict[str, Any]:
@@ -84,13 +79,15 @@ def one_line(exc: BaseException) -> str:
 
 
 def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
-    """psycopg.connect with a bounded wait and a clear error naming the server."""
+    """psycopg.connect with a bounded wait and a clear error naming the server -- never its password
+    (libpq's own message may quote the DSN: it is redacted too)."""
     try:
         return psycopg.connect(dsn, **with_connect_timeout(dsn), **kwargs)
     except psycopg.ProgrammingError as exc:
-        raise DatabaseUnavailable(f"invalid DSN {dsn!r}: {one_line(exc)}") from None
+        raise DatabaseUnavailable(f"invalid DSN ({redact_dsn(dsn)}): {redact(one_line(exc), dsn)}") from None
     except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(f"cannot connect to PostgreSQL ({describe_dsn(dsn)}): {one_line(exc)}") from None
+        raise DatabaseUnavailable(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): "
+                                  f"{redact(one_line(exc), dsn)}") from None
 
 
 # A keyed batch whose holders keep finishing between its insert and its lookup is tried this many
@@ -200,6 +197,9 @@ class PostgresBackend:
         self._idle_lock = threading.Lock()
         self._idle_since: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = weakref.WeakKeyDictionary()
 
+    def __repr__(self) -> str:  # never the DSN's password
+        return f"PostgresBackend({redact_dsn(self.dsn)!r}, schema={self.schema!r})"
+
     # ---- connections -------------------------------------------------------------------------
 
     def pool(self) -> ConnectionPool:
@@ -253,13 +253,13 @@ class PostgresBackend:
             with self._idle_lock:  # here, not in the pool's reset hook: that one runs in a pool thread
                 self._idle_since[conn] = time.monotonic()
         except PoolTimeout:
-            raise DatabaseUnavailable(f"no connection to PostgreSQL ({describe_dsn(self.dsn)}) within "
+            raise DatabaseUnavailable(f"no connection to PostgreSQL ({redact_dsn(self.dsn)}) within "
                                       f"{CONNECT_TIMEOUT + 5}s") from None
         except CONNECTION_LOST as exc:
             if not session_gone(exc):
                 raise
-            raise DatabaseUnavailable(f"lost the connection to PostgreSQL ({describe_dsn(self.dsn)}): "
-                                      f"{one_line(exc)}") from None
+            raise DatabaseUnavailable(f"lost the connection to PostgreSQL ({redact_dsn(self.dsn)}): "
+                                      f"{redact(one_line(exc), self.dsn)}") from None
 
     def connect_lease(self, application_name: str = "skiplock-worker") -> psycopg.Connection[Any]:
         """A dedicated connection for one worker slot; its transactions are job leases."""
