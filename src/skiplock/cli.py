@@ -7,6 +7,7 @@ Exit codes: 0 success, 1 the operation failed (a check, a scenario step, an abor
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -51,14 +52,31 @@ class Context:
                               f"port {server.port})", markup=False)
 
 
+def search_current_directory_for(module_name: str) -> None:
+    """Make ``module_name`` importable from the current directory when nothing on ``sys.path`` has
+    it. The directory goes *last* on the path, so it only ever adds names: a file there
+    (``json.py``, ``click.py``) never shadows a standard or installed module, for the ``--app``
+    module's own imports or for anything imported later."""
+    top = module_name.split(".", 1)[0]
+    try:
+        found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = False
+    cwd = os.getcwd()
+    if not found and cwd not in sys.path:
+        sys.path.append(cwd)
+
+
 def import_object(spec: str, option: str) -> Any:
     """``package.module:attr`` (attr may be dotted) -> the object, or a clear error naming ``option``.
-    The current directory is importable, as when running a script from it."""
+    A module found nowhere else is looked for in the current directory (after every other entry of
+    ``sys.path``: :func:`search_current_directory_for`)."""
     if ":" not in spec:
         fail(f"{option} must look like 'package.module:attr', got {spec!r}")
     module_name, attr = spec.split(":", 1)
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    if not module_name:
+        fail(f"{option} must look like 'package.module:attr', got {spec!r}")
+    search_current_directory_for(module_name)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -67,6 +85,10 @@ def import_object(spec: str, option: str) -> Any:
     for part in attr.split("."):
         obj = getattr(obj, part, None)
     return obj
+
+
+APP_SEARCH = ("The module is imported from the installed packages and PYTHONPATH; if none has it, from the "
+              "current directory, searched last (it never shadows an installed module).")
 
 
 def load_app(spec: str) -> App:
@@ -154,7 +176,8 @@ def _parse_time(value: str | None) -> datetime | None:
 @click.option("--delay", type=float, help="Not before this many seconds from now.")
 @click.option("--max-attempts", type=int, help="Attempts before the job ends failed [5].")
 @click.option("--unique-key", help="At most one queued or running job per key; prints the holder's id.")
-@click.option("--app", "app_spec", envvar="SKIPLOCK_APP", help="module:app, to check TASK is registered.")
+@click.option("--app", "app_spec", envvar="SKIPLOCK_APP",
+              help=f"module:app, to check TASK is registered. {APP_SEARCH}")
 @click.pass_obj
 @handle_errors
 def enqueue(obj: Context, task: str, args_json: str, args_file: Any, queue: str | None, priority: int | None, run_at: str | None,
@@ -172,7 +195,8 @@ def enqueue(obj: Context, task: str, args_json: str, args_file: Any, queue: str 
 
 
 @cli.command()
-@click.option("--app", "app_spec", envvar="SKIPLOCK_APP", required=True, help="module:app holding the tasks.")
+@click.option("--app", "app_spec", envvar="SKIPLOCK_APP", required=True,
+              help=f"module:app holding the tasks. {APP_SEARCH}")
 @click.option("--queues", help="Comma-separated queues to serve [all].")
 @click.option("--concurrency", type=click.IntRange(1, 512), default=4, show_default=True, help="Slots (connections).")
 @click.option("--poll-interval", type=click.FloatRange(0.01, 60), default=0.5, show_default=True,

@@ -11,7 +11,7 @@ import click
 from rich.table import Table
 
 from .app import App
-from .cli import Context, cli, console, fail, handle_errors, import_object, json_option
+from .cli import APP_SEARCH, Context, cli, console, fail, handle_errors, import_object, json_option
 
 OUTBOX_STATES = ("pending", "delivering", "sent", "failed")
 OUTBOX_STYLE = {"pending": "cyan", "delivering": "yellow", "sent": "green", "failed": "red"}
@@ -42,7 +42,7 @@ def _headers(values: tuple[str, ...]) -> dict[str, str]:
 
 
 @cli.command()
-@click.option("--app", "app_spec", envvar="SKIPLOCK_APP", help="module:app (its DSN/schema; needed by --enqueue).")
+@click.option("--app", "app_spec", envvar="SKIPLOCK_APP", help=f"module:app (its DSN/schema; needed by --enqueue). {APP_SEARCH}")
 @click.option("--webhook", metavar="URL", help="Deliver by HTTP POST to URL (Idempotency-Key header).")
 @click.option("--enqueue", "enqueue_jobs", is_flag=True, help="Deliver by enqueueing a skiplock job per message "
               "(task = the topic, or --task), in the same transaction: exactly once.")

@@ -5,7 +5,12 @@ hostile queue names handled as data."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -121,6 +126,57 @@ def test_enqueue_then_inspect(dsn, db):
     assert header[1:] == ["queued", "running", "done", "failed", "cancelled"]
     assert table_row(status.stdout, "default")[1:] == ["1", "0", "0", "0", "0"]
     assert table_row(status.stdout, "other")[1:] == ["0", "0", "0", "1", "0"]
+
+
+# ---- the current directory: searched for --app only, and never ahead of installed modules -----------
+
+SHADOWS = ("click", "rich", "wave")  # a third-party and a stdlib name a file in the cwd could shadow
+LAUNCHERS = {"console-script": [str(Path(sys.executable).with_name("skiplock"))],
+             "python-m": [sys.executable, "-m", "skiplock"]}
+
+
+def _plain_env() -> dict[str, str]:
+    """No PYTHONPATH: what the current directory contributes is up to skiplock (and Python)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_") and k != "PYTHONPATH"}
+    env.update(PYTHONUNBUFFERED="1", COLUMNS="200")
+    return env
+
+
+@pytest.mark.parametrize("launcher", list(LAUNCHERS))
+def test_current_directory_does_not_shadow_installed_modules(dsn, db, tmp_path, launcher):
+    for name in SHADOWS:
+        (tmp_path / f"{name}.py").write_text(f"import sys\nsys.stderr.write('SHADOWED {name}\\n')\n")
+    (tmp_path / "mymod.py").write_text(textwrap.dedent("""
+        import skiplock
+
+        app = skiplock.App()
+
+        @app.task(name="which_wave")
+        def which_wave(job):
+            import wave  # imported late, after --app: the stdlib's, not ./wave.py
+            return wave.__file__
+    """))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([*LAUNCHERS[launcher], "--quiet", "--dsn", dsn, *args], cwd=tmp_path, env=_plain_env(),
+                                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        assert "SHADOWED" not in result.stdout + result.stderr, (args, result.stdout + result.stderr)
+        assert result.returncode == 0, (args, result.stdout + result.stderr)
+        return result
+
+    run("status")
+    job_id = int(run("enqueue", "which_wave", "--app", "mymod:app").stdout.strip())  # ./mymod.py found
+    run("worker", "--app", "mymod:app", "--concurrency", "1", "--stop-when-empty", "--no-maintenance")
+    row = job_row(db, job_id)
+    assert row["state"] == "done", row
+    assert not row["result"].startswith(str(tmp_path)), row["result"]
+
+
+def test_app_option_help_says_where_the_module_is_searched():
+    result = subprocess.run([*LAUNCHERS["console-script"], "worker", "--help"], env=_plain_env(),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "current directory" in " ".join(result.stdout.split())
 
 
 # ---- bad input: one clear line, exit 2, nothing written -------------------------------------------
