@@ -211,6 +211,29 @@ def _check_run_at(run_at: Any) -> datetime | None:
     return utc
 
 
+# PostgreSQL keeps the first 63 bytes (NAMEDATALEN - 1) of a name and drops the rest without error.
+MAX_NAME_BYTES = 63
+
+
+def check_schema_name(schema: Any) -> str:
+    """Any name PostgreSQL accepts as a schema, as it is (quoted as an identifier wherever it is used:
+    quotes, spaces, "%" or non-ASCII letters are fine), or ConfigurationError: not a non-empty
+    string, a NUL character, or longer than 63 bytes in UTF-8 -- PostgreSQL would truncate it, and
+    two long names sharing their first 63 bytes would silently share tables."""
+    if not isinstance(schema, str) or not schema:
+        raise ConfigurationError(f"schema must be a non-empty name, got {schema!r}")
+    if "\x00" in schema:
+        raise ConfigurationError(f"schema names cannot contain NUL characters, got {schema!r}")
+    try:
+        size = len(schema.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ConfigurationError(f"schema {schema!r} is not valid Unicode (a lone surrogate?)") from None
+    if size > MAX_NAME_BYTES:
+        raise ConfigurationError(f"schema {schema!r} is {size} bytes in UTF-8; PostgreSQL keeps at most "
+                                 f"{MAX_NAME_BYTES} bytes of a name (longer ones would be truncated)")
+    return schema
+
+
 class App:
     """The entry point: ``App(dsn=None)`` uses the embedded PostgreSQL (or ``SKIPLOCK_DSN``).
 
@@ -267,8 +290,7 @@ class App:
     @property
     def backend(self) -> PostgresBackend:
         if self._backend is None:
-            if not isinstance(self.schema, str) or not self.schema or len(self.schema) > 63:
-                raise ConfigurationError(f"schema must be a non-empty name of at most 63 characters, got {self.schema!r}")
+            check_schema_name(self.schema)
             self._backend = PostgresBackend(self.dsn, self.schema, lease_timeout=self.lease_timeout)
         return self._backend
 

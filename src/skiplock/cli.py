@@ -17,7 +17,9 @@ from typing import Any, Callable, NoReturn
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from .app import App
 from .errors import DatabaseUnavailable, SchemaError, SkiplockError, UnknownTask
@@ -29,8 +31,14 @@ console = Console(highlight=False)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
     sys.exit(code)
+
+
+def plain(value: object) -> Text:
+    """Data (a schema, queue or task name, an error, JSON) for a rich table: shown as it is, never
+    read as markup (a name like ``[/bold]`` would otherwise break the output)."""
+    return Text(str(value))
 
 
 class Context:
@@ -245,7 +253,7 @@ def status(obj: Context) -> None:
     app = obj.app()
     counts = app.counts()
     states = [s.value for s in JobState]
-    table = Table(title=f"skiplock jobs (schema {app.schema})")
+    table = Table(title=plain(f"skiplock jobs (schema {app.schema})"))
     table.add_column("queue")
     for s in states:
         table.add_column(s, justify="right", style=STATE_STYLE[s])
@@ -253,7 +261,7 @@ def status(obj: Context) -> None:
     for queue, state, n in counts:
         by_queue.setdefault(queue, {})[state] = n
     for queue in sorted(by_queue):
-        table.add_row(queue, *(str(by_queue[queue].get(s, 0)) for s in states))
+        table.add_row(plain(queue), *(str(by_queue[queue].get(s, 0)) for s in states))
     if not by_queue:
         table.add_row("(no jobs)", *("0" for _ in states))
     console.print(table)
@@ -265,10 +273,10 @@ def _job_detail(job: Job) -> None:
     table.add_column()
     for field in ("id", "task", "queue", "state", "priority", "attempts", "max_attempts", "run_at", "created_at",
                   "started_at", "finished_at", "worker"):
-        table.add_row(field, str(getattr(job, field)))
-    table.add_row("args", json.dumps(job.args))
+        table.add_row(field, plain(getattr(job, field)))
+    table.add_row("args", plain(json.dumps(job.args)))
     if job.result is not None:
-        table.add_row("result", json.dumps(job.result))
+        table.add_row("result", plain(json.dumps(job.result)))
     console.print(table)
     if job.last_error:
         console.print("\n[bold]last error[/]")
@@ -299,9 +307,9 @@ def jobs(obj: Context, job_id: int | None, state: str | None, queue: str | None,
         table.add_column(col)
     for j in app.list_jobs(state=state, queue=queue, task=task, limit=limit):
         err = (j.last_error or "").splitlines()[0][:60] if j.last_error else ""
-        table.add_row(str(j.id), j.queue, j.task, f"[{STATE_STYLE[j.state.value]}]{j.state.value}[/]", str(j.priority),
-                      f"{j.attempts}/{j.max_attempts}", j.run_at.isoformat(timespec="seconds") if j.run_at else "",
-                      err)
+        table.add_row(str(j.id), plain(j.queue), plain(j.task), f"[{STATE_STYLE[j.state.value]}]{j.state.value}[/]",
+                      str(j.priority), f"{j.attempts}/{j.max_attempts}",
+                      j.run_at.isoformat(timespec="seconds") if j.run_at else "", plain(err))
     console.print(table)
 
 

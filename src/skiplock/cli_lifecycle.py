@@ -8,7 +8,7 @@ import re
 import click
 from rich.table import Table
 
-from .cli import STATE_STYLE, Context, cli, console, fail, handle_errors
+from .cli import STATE_STYLE, Context, cli, console, fail, handle_errors, plain
 from .job import JobState
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -30,14 +30,14 @@ def queues(obj: Context) -> None:
     """Queues with their job counts and whether they are paused."""
     app = obj.app()
     states = [s.value for s in JobState]
-    table = Table(title=f"skiplock queues (schema {app.schema})")
+    table = Table(title=plain(f"skiplock queues (schema {app.schema})"))
     table.add_column("queue")
     table.add_column("paused")
     for s in states:
         table.add_column(s, justify="right", style=STATE_STYLE[s])
     rows = app.queues()
     for q in rows:
-        table.add_row(q["queue"], "[bold yellow]paused[/]" if q["paused"] else "", *(str(q["counts"].get(s, 0)) for s in states))
+        table.add_row(plain(q["queue"]), "[bold yellow]paused[/]" if q["paused"] else "", *(str(q["counts"].get(s, 0)) for s in states))
     if not rows:
         table.add_row("(no queues)", "", *("0" for _ in states))
     console.print(table)

@@ -86,6 +86,24 @@ def test_newer_schema_version_asks_to_upgrade_skiplock(dsn, db):
     assert jobs_count(db) == 0
 
 
+@pytest.mark.parametrize("schema", ["we%ird", "[/bold] [x", "é" * 31 + "a"], ids=["percent", "markup", "63-bytes"])
+def test_any_schema_name_works_from_the_command_line(empty_dsn, schema):
+    assert run_cli(empty_dsn, "--schema", schema, "migrate").returncode == 0
+    enq = run_cli(empty_dsn, "--schema", schema, "enqueue", "effect")
+    assert enq.returncode == 0, enq.stderr
+    for command in (["status"], ["queues"], ["jobs"], ["jobs", enq.stdout.strip()]):
+        result = run_cli(empty_dsn, "--schema", schema, *command)
+        assert result.returncode == 0, (command, result.stdout + result.stderr)
+    status = run_cli(empty_dsn, "--schema", schema, "status")
+    assert schema in status.stdout, status.stdout
+    assert table_row(status.stdout, "default")[1:] == ["1", "0", "0", "0", "0"]
+
+
+def test_schema_name_over_63_bytes_is_bad_input(empty_dsn):
+    line = assert_clean_failure(run_cli(empty_dsn, "--schema", "é" * 32, "migrate"), 2)
+    assert "63 bytes" in line, line
+
+
 # ---- the happy path -------------------------------------------------------------------------------
 
 
@@ -288,6 +306,21 @@ def test_hostile_queue_name_is_stored_and_claimed_as_data(dsn, effects):
     listed = run_cli(dsn, "jobs", "--queue", hostile)
     assert listed.returncode == 0, listed.stderr
     assert [r[0] for r in table_row_cells(listed.stdout) if r[0].isdigit()] == [str(job_id)]
+
+
+def test_names_that_look_like_markup_are_printed_as_they_are(dsn, db):
+    """rich reads "[...]" as markup: data (queue and task names, errors) must be printed as text."""
+    name = "[/bold] [red]q"
+    job_id = int(run_cli(dsn, "enqueue", "no.such[/x]", "--queue", name).stdout.strip())
+    db.execute("UPDATE skiplock.jobs SET state = 'failed', finished_at = now(), last_error = '[/oops] boom' "
+               "WHERE id = %s", [job_id])
+    for command in (["status"], ["queues"], ["jobs"], ["jobs", str(job_id)], ["jobs", "--queue", name]):
+        result = run_cli(dsn, *command)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, (command, result.stderr)
+        assert name in result.stdout, (command, result.stdout)
+    assert "[/oops] boom" in run_cli(dsn, "jobs").stdout
+    line = assert_clean_failure(run_cli(dsn, "pause", "[/never]"), 2)
+    assert "[/never]" in line, line
 
 
 # ---- lifecycle commands -----------------------------------------------------------------------------
