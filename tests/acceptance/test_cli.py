@@ -367,6 +367,23 @@ def test_lifecycle_commands(dsn, db, producer):
     assert waited.returncode == 1 and "did not finish" in waited.stderr
 
 
+def test_retry_of_jobs_whose_unique_key_is_held(dsn, db, producer):
+    held, free = producer.enqueue("effect", unique_key="k1"), producer.enqueue("effect", unique_key="k2")
+    db.execute("UPDATE skiplock.jobs SET state = 'failed', finished_at = now() WHERE id = ANY(%s)", [[held, free]])
+    holder = producer.enqueue("effect", unique_key="k1")
+
+    one = run_cli(dsn, "retry", str(held))
+    line = assert_clean_failure(one, 1)
+    assert f"job {held}" in line and f"job {holder} holds its unique_key 'k1'" in line, line
+
+    every = run_cli(dsn, "retry", "--failed")
+    line = assert_clean_failure(every, 1)
+    assert f"job {held} cannot be retried" in line and f"job {holder} holds" in line, line
+    assert "1 failed job(s) queued again" in every.stdout
+    assert scalar(db, "SELECT state FROM skiplock.jobs WHERE id = %s", [free]) == "queued"
+    assert scalar(db, "SELECT state FROM skiplock.jobs WHERE id = %s", [held]) == "failed"
+
+
 def test_demo_kills_a_worker_mid_run_and_every_effect_is_there_once(pg_admin_dsn):
     """`skiplock demo` (the README's main command), smaller: its own checks decide the exit code."""
     result = run_cli(pg_admin_dsn, "demo", "--jobs", "3000", timeout=300)

@@ -580,10 +580,29 @@ class PostgresBackend:
         self._one("forget_cancel_request", {"id": job_id})
 
     def retry_job(self, job_id: int) -> bool:
-        return self._one("retry_job", {"id": job_id}) is not None
+        """True if the job was put back; False if it does not exist, is not failed or cancelled, or
+        a queued or running job holds its unique_key (also one committed during this statement)."""
+        try:
+            return self._one("retry_job", {"id": job_id}) is not None
+        except psycopg.errors.UniqueViolation:
+            return False
 
-    def retry_failed(self, queue: str | None) -> list[int]:
-        return [r[0] for r in self._all("retry_failed", {"queue": queue})]
+    def unique_key_holder(self, unique_key: str) -> tuple[int, str] | None:
+        """(id, state) of the queued or running job holding ``unique_key``, if any."""
+        row = self._one("unique_key_holder", {"unique_key": unique_key})
+        return (int(row[0]), row[1]) if row else None
+
+    def retry_failed(self, queue: str | None) -> list[tuple[int, str | None, bool, int | None]]:
+        """One row per failed job (of ``queue``), in id order: (id, unique_key, retried, id of the job
+        holding its key when not retried). Keys taken while it runs make the statement fail on the
+        unique index, undoing it: it runs again, seeing the new holders."""
+        for _ in range(KEYED_ATTEMPTS):
+            try:
+                return [(int(r[0]), r[1], bool(r[2]), r[3]) for r in self._all("retry_failed", {"queue": queue})]
+            except psycopg.errors.UniqueViolation:
+                continue
+        raise DatabaseUnavailable(f"unique keys of failed jobs kept changing hands over {KEYED_ATTEMPTS} attempts; "
+                                  "try again")
 
     def queue_known(self, queue: str) -> bool:
         return bool(self._one("queue_known", {"queue": queue})[0])
