@@ -82,7 +82,7 @@ def import_object(spec: str, option: str) -> Any:
     if ":" not in spec:
         fail(f"{option} must look like 'package.module:attr', got {spec!r}")
     module_name, attr = spec.split(":", 1)
-    if not module_name:
+    if not all(part.isidentifier() for part in module_name.split(".")):
         fail(f"{option} must look like 'package.module:attr', got {spec!r}")
     search_current_directory_for(module_name)
     try:

@@ -68,6 +68,7 @@ class WaitTimeout(SkiplockError, TimeoutError):
 # database goes through redact_dsn (the DSN itself) or redact (any other text that may quote it).
 
 REDACTED = "***"
+MIN_SEARCHED_SECRET = 4
 _SECRET_KEYS = ("password", "sslpassword")
 # postgresql://user:PASSWORD@host -- the password runs to the last "@" of the URI token
 _URI_USERINFO = re.compile(r"(?P<keep>\b[a-z][a-z0-9+.-]*://[^\s:@/\"']*:)[^\s\"']*@", re.I)
@@ -93,13 +94,16 @@ def _secrets(dsn: str | None) -> list[str]:
         parts = conninfo.conninfo_to_dict(dsn)
     except ProgrammingError:
         return []
-    values = [str(parts[k]) for k in _SECRET_KEYS if parts.get(k)]
+    # Shorter values are not searched for in free text (every "a" of a message is not a password);
+    # DSN-shaped text is masked whatever the password's length (see _mask).
+    values = [str(parts[k]) for k in _SECRET_KEYS if len(str(parts.get(k) or "")) >= MIN_SEARCHED_SECRET]
     return [v for value in values for v in {value, quote(value, safe=""), quote(value)}]
 
 
 def redact(text: str, dsn: str | None = None) -> str:
     """``text`` (an error message, a log line) with every password removed: those of DSNs it quotes
-    (URI or key=value form) and, wherever they appear, the password of ``dsn``."""
+    (URI or key=value form) and, wherever they appear, the password of ``dsn`` (if at least
+    MIN_SEARCHED_SECRET characters long)."""
     for secret in sorted(_secrets(dsn), key=len, reverse=True):
         text = text.replace(secret, REDACTED)
     return _mask(text)

@@ -210,6 +210,7 @@ BAD_INPUT = {
     "run-at-yesterday": (["enqueue", "effect", "--run-at", "yesterday"], "--run-at"),
     "unknown-task": (["enqueue", "no_such_task", "--app", "tasks_app:app"], "unknown task 'no_such_task'"),
     "worker-no-such-module": (["worker", "--app", "nosuchmodule:app", "--stop-when-empty"], "nosuchmodule"),
+    "app-relative-module": (["enqueue", "effect", "--app", ".tasks_app:app"], "package.module:attr"),
 }
 
 
