@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 from .backend.base import NewJob
 from .backend.postgres import PostgresBackend
 from .backend.postgres.backend import DEFAULT_CONNECT_TIMEOUT, KeyedBatch
-from .errors import (ConfigurationError, DuplicateJob, InvalidJob, JobFailed, JobNotFound, UnknownQueue,
-                     UnknownTask, WaitTimeout)
+from .errors import (ConfigurationError, DatabaseUnavailable, DuplicateJob, InvalidJob, JobFailed, JobNotFound,
+                     UnknownQueue, UnknownTask, WaitTimeout, redact_dsn)
 from .job import Job, JobState
 from .retry import MAX_DELAY, RetryPolicy, as_policy, check_delay  # noqa: F401 - MAX_DELAY: public here too
 
@@ -248,6 +248,45 @@ def _check_connect_timeout(value: Any) -> float:
     return float(value)
 
 
+# PostgreSQL keeps the first 63 bytes (NAMEDATALEN - 1) of a name and drops the rest without error.
+MAX_NAME_BYTES = 63
+
+
+def check_schema_name(schema: Any) -> str:
+    """Any name PostgreSQL accepts as a schema, as it is (quoted as an identifier wherever it is used:
+    quotes, spaces, "%" or non-ASCII letters are fine), or ConfigurationError: not a non-empty
+    string, a NUL character, or longer than 63 bytes in UTF-8 -- PostgreSQL would truncate it, and
+    two long names sharing their first 63 bytes would silently share tables."""
+    if not isinstance(schema, str) or not schema:
+        raise ConfigurationError(f"schema must be a non-empty name, got {schema!r}")
+    if "\x00" in schema:
+        raise ConfigurationError(f"schema names cannot contain NUL characters, got {schema!r}")
+    try:
+        size = len(schema.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ConfigurationError(f"schema {schema!r} is not valid Unicode (a lone surrogate?)") from None
+    if size > MAX_NAME_BYTES:
+        raise ConfigurationError(f"schema {schema!r} is {size} bytes in UTF-8; PostgreSQL keeps at most "
+                                 f"{MAX_NAME_BYTES} bytes of a name (longer ones would be truncated)")
+    return schema
+
+
+class RetriedJobs(list):  # type: ignore[type-arg]  # list[int]
+    """What :meth:`App.retry_failed` returns: the ids of the jobs put back (it is that list), and
+    ``not_retried``, {job id: :class:`DuplicateJob`} for each failed job that stays failed because its
+    unique key is held (``str(error)`` says by which job; ``error.existing_id`` is that job's id)."""
+
+    def __init__(self, ids: Iterable[int] = ()):
+        super().__init__(ids)
+        self.not_retried: dict[int, DuplicateJob] = {}
+
+
+def _held_message(job_id: int, unique_key: str | None, holder: int, state: str | None = None) -> str:
+    how = f" ({state})" if state else " (queued or running)"
+    return (f"job {job_id} cannot be retried: job {holder} holds its unique_key {unique_key!r}{how}; "
+            "retry it once that job has finished")
+
+
 class App:
     """The entry point: ``App(dsn=None)`` uses the embedded PostgreSQL (or ``SKIPLOCK_DSN``).
 
@@ -311,8 +350,7 @@ class App:
     @property
     def backend(self) -> PostgresBackend:
         if self._backend is None:
-            if not isinstance(self.schema, str) or not self.schema or len(self.schema) > 63:
-                raise ConfigurationError(f"schema must be a non-empty name of at most 63 characters, got {self.schema!r}")
+            check_schema_name(self.schema)
             self._backend = PostgresBackend(self.dsn, self.schema, lease_timeout=self.lease_timeout,
                                             connect_timeout=self.connect_timeout)
         return self._backend
@@ -333,6 +371,11 @@ class App:
             self._backend.close()
             self._backend = None
             self._schema_checked = False
+
+    def __repr__(self) -> str:
+        """Which database and schema, never the DSN's password (nor does it resolve the DSN)."""
+        dsn = "<SKIPLOCK_DSN or the embedded server>" if self._dsn is None else redact_dsn(self._dsn)
+        return f"<skiplock.App dsn={dsn!r} schema={self.schema!r} tasks={len(self.tasks)}>"
 
     def __enter__(self) -> "App":
         return self
@@ -608,14 +651,36 @@ class App:
             time.sleep(0.02)
 
     def retry_job(self, job_id: int) -> None:
-        """Put a failed (or cancelled) job back in the queue with fresh attempts; its errors are kept."""
-        if not self._ready().retry_job(job_id):
-            state = self.get_job(job_id).state  # JobNotFound if it does not exist
-            raise InvalidJob(f"job {job_id} is {state}; only failed or cancelled jobs can be retried")
+        """Put a failed (or cancelled) job back in the queue with fresh attempts; its errors are kept.
+        Raises JobNotFound, InvalidJob (the job is not failed or cancelled) or :class:`DuplicateJob`
+        (``existing_id``: the queued or running job that holds its unique key now; retry it once that
+        job has finished)."""
+        backend = self._ready()
+        for _ in range(10):  # the holder may finish between the refusal and the lookup: try again
+            if backend.retry_job(job_id):
+                return
+            job = self.get_job(job_id)  # JobNotFound if it does not exist
+            if job.state not in (JobState.FAILED, JobState.CANCELLED):
+                raise InvalidJob(f"job {job_id} is {job.state}; only failed or cancelled jobs can be retried")
+            holder = backend.unique_key_holder(job.unique_key) if job.unique_key is not None else None
+            if holder is not None:
+                raise DuplicateJob(_held_message(job_id, job.unique_key, *holder), holder[0])
+        raise DatabaseUnavailable(f"the unique key of job {job_id} kept changing hands; try again")
 
-    def retry_failed(self, queue: str | None = None) -> list[int]:
-        """Put every failed job (of ``queue``) back; returns their ids."""
-        return self._ready().retry_failed(queue)
+    def retry_failed(self, queue: str | None = None) -> "RetriedJobs":
+        """Put every failed job (of ``queue``) back, in one statement; returns the ids retried (a
+        list, in id order). A job whose unique key is held -- by a queued or running job, or by an
+        earlier failed job with the same key retried here -- stays failed, and is in the result's
+        ``not_retried``: {job id: :class:`DuplicateJob` saying why, ``existing_id`` the holder}."""
+        retried = RetriedJobs()
+        for job_id, unique_key, ok, holder in self._ready().retry_failed(queue):
+            if ok:
+                retried.append(job_id)
+            elif holder is not None:
+                retried.not_retried[job_id] = DuplicateJob(_held_message(job_id, unique_key, holder), holder)
+            else:  # retried by someone else meanwhile
+                retried.not_retried[job_id] = DuplicateJob(f"job {job_id} is no longer failed", None)
+        return retried
 
     def pause_queue(self, queue: str, *, force: bool = False) -> None:
         """Stop workers claiming from ``queue`` (they honour it at their next claim, no restart).

@@ -7,6 +7,7 @@ Exit codes: 0 success, 1 the operation failed (a check, a scenario step, an abor
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ from typing import Any, Callable, NoReturn
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -29,8 +31,14 @@ console = Console(highlight=False)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
     sys.exit(code)
+
+
+def plain(value: object) -> Text:
+    """Data (a schema, queue or task name, an error, JSON) for a rich table: shown as it is, never
+    read as markup (a name like ``[/bold]`` would otherwise break the output)."""
+    return Text(str(value))
 
 
 class Context:
@@ -52,14 +60,31 @@ class Context:
                               f"port {server.port})", markup=False)
 
 
+def search_current_directory_for(module_name: str) -> None:
+    """Make ``module_name`` importable from the current directory when nothing on ``sys.path`` has
+    it. The directory goes *last* on the path, so it only ever adds names: a file there
+    (``json.py``, ``click.py``) never shadows a standard or installed module, for the ``--app``
+    module's own imports or for anything imported later."""
+    top = module_name.split(".", 1)[0]
+    try:
+        found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = False
+    cwd = os.getcwd()
+    if not found and cwd not in sys.path:
+        sys.path.append(cwd)
+
+
 def import_object(spec: str, option: str) -> Any:
     """``package.module:attr`` (attr may be dotted) -> the object, or a clear error naming ``option``.
-    The current directory is importable, as when running a script from it."""
+    A module found nowhere else is looked for in the current directory (after every other entry of
+    ``sys.path``: :func:`search_current_directory_for`)."""
     if ":" not in spec:
         fail(f"{option} must look like 'package.module:attr', got {spec!r}")
     module_name, attr = spec.split(":", 1)
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    if not all(part.isidentifier() for part in module_name.split(".")):
+        fail(f"{option} must look like 'package.module:attr', got {spec!r}")
+    search_current_directory_for(module_name)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -68,6 +93,10 @@ def import_object(spec: str, option: str) -> Any:
     for part in attr.split("."):
         obj = getattr(obj, part, None)
     return obj
+
+
+APP_SEARCH = ("The module is imported from the installed packages and PYTHONPATH; if none has it, from the "
+              "current directory, searched last (it never shadows an installed module).")
 
 
 def load_app(spec: str) -> App:
@@ -96,7 +125,9 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--dsn", envvar="SKIPLOCK_DSN", help="PostgreSQL DSN. Default: the embedded server.")
+@click.option("--dsn", envvar="SKIPLOCK_DSN",
+              help="PostgreSQL DSN. Default: the embedded server. A DSN with a password is better given as "
+                   "SKIPLOCK_DSN: other local users can read a command line. Never shown with its password.")
 @click.option("--data-dir", envvar="SKIPLOCK_DATA_DIR", type=click.Path(file_okay=False),
               help="Embedded server data directory (when no DSN is given).")
 @click.option("--schema", envvar="SKIPLOCK_SCHEMA", help="Database schema holding skiplock's tables [skiplock].")
@@ -153,7 +184,8 @@ def _parse_time(value: str | None) -> datetime | None:
 @click.option("--delay", type=float, help="Not before this many seconds from now.")
 @click.option("--max-attempts", type=int, help="Attempts before the job ends failed [5].")
 @click.option("--unique-key", help="At most one queued or running job per key; prints the holder's id.")
-@click.option("--app", "app_spec", envvar="SKIPLOCK_APP", help="module:app, to check TASK is registered.")
+@click.option("--app", "app_spec", envvar="SKIPLOCK_APP",
+              help=f"module:app, to check TASK is registered. {APP_SEARCH}")
 @click.pass_obj
 @handle_errors
 def enqueue(obj: Context, task: str, args_json: str, args_file: Any, queue: str | None, priority: int | None, run_at: str | None,
@@ -171,7 +203,8 @@ def enqueue(obj: Context, task: str, args_json: str, args_file: Any, queue: str 
 
 
 @cli.command()
-@click.option("--app", "app_spec", envvar="SKIPLOCK_APP", required=True, help="module:app holding the tasks.")
+@click.option("--app", "app_spec", envvar="SKIPLOCK_APP", required=True,
+              help=f"module:app holding the tasks. {APP_SEARCH}")
 @click.option("--queues", help="Comma-separated queues to serve [all].")
 @click.option("--concurrency", type=click.IntRange(1, 512), default=4, show_default=True, help="Slots (connections).")
 @click.option("--poll-interval", type=click.FloatRange(0.01, 60), default=0.5, show_default=True,
@@ -223,7 +256,7 @@ def status(obj: Context) -> None:
     app = obj.app()
     counts = app.counts()
     states = [s.value for s in JobState]
-    table = Table(title=f"skiplock jobs (schema {app.schema})")
+    table = Table(title=plain(f"skiplock jobs (schema {app.schema})"))
     table.add_column("queue")
     for s in states:
         table.add_column(s, justify="right", style=STATE_STYLE[s])
@@ -231,7 +264,7 @@ def status(obj: Context) -> None:
     for queue, state, n in counts:
         by_queue.setdefault(queue, {})[state] = n
     for queue in sorted(by_queue):
-        table.add_row(queue, *(str(by_queue[queue].get(s, 0)) for s in states))
+        table.add_row(plain(queue), *(str(by_queue[queue].get(s, 0)) for s in states))
     if not by_queue:
         table.add_row("(no jobs)", *("0" for _ in states))
     console.print(table)
@@ -267,10 +300,10 @@ def _job_detail(job: Job) -> None:
     table.add_column()
     for field in ("id", "task", "queue", "state", "priority", "attempts", "max_attempts", "run_at", "created_at",
                   "started_at", "finished_at", "worker"):
-        table.add_row(field, str(getattr(job, field)))
-    table.add_row("args", json.dumps(job.args))
+        table.add_row(field, plain(getattr(job, field)))
+    table.add_row("args", plain(json.dumps(job.args)))
     if job.result is not None:
-        table.add_row("result", json.dumps(job.result))
+        table.add_row("result", plain(json.dumps(job.result)))
     console.print(table)
     if job.last_error:
         console.print("\n[bold]last error[/]")
@@ -305,9 +338,9 @@ def jobs(obj: Context, job_id: int | None, state: str | None, queue: str | None,
     for j in listed:
         err = (j.last_error or "").splitlines()[0][:60] if j.last_error else ""
         shown = j.state.value + ("*" if j.id in flagged else "")
-        table.add_row(str(j.id), j.queue, j.task, f"[{STATE_STYLE[j.state.value]}]{shown}[/]", str(j.priority),
-                      f"{j.attempts}/{j.max_attempts}", j.run_at.isoformat(timespec="seconds") if j.run_at else "",
-                      err)
+        table.add_row(str(j.id), plain(j.queue), plain(j.task), f"[{STATE_STYLE[j.state.value]}]{shown}[/]",
+                      str(j.priority), f"{j.attempts}/{j.max_attempts}",
+                      j.run_at.isoformat(timespec="seconds") if j.run_at else "", plain(err))
     console.print(table)
     if flagged:
         console.print("queued*: no running worker can take it (none serving its queue has its task)", soft_wrap=True)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
-from .cli import STATE_STYLE, Context, cli, console, fail, handle_errors
+from .cli import STATE_STYLE, Context, cli, console, err_console, fail, handle_errors, plain
+from .errors import DuplicateJob
 from .job import JobState
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -30,14 +33,14 @@ def queues(obj: Context) -> None:
     """Queues with their job counts and whether they are paused."""
     app = obj.app()
     states = [s.value for s in JobState]
-    table = Table(title=f"skiplock queues (schema {app.schema})")
+    table = Table(title=plain(f"skiplock queues (schema {app.schema})"))
     table.add_column("queue")
     table.add_column("paused")
     for s in states:
         table.add_column(s, justify="right", style=STATE_STYLE[s])
     rows = app.queues()
     for q in rows:
-        table.add_row(q["queue"], "[bold yellow]paused[/]" if q["paused"] else "", *(str(q["counts"].get(s, 0)) for s in states))
+        table.add_row(plain(q["queue"]), "[bold yellow]paused[/]" if q["paused"] else "", *(str(q["counts"].get(s, 0)) for s in states))
     if not rows:
         table.add_row("(no queues)", "", *("0" for _ in states))
     console.print(table)
@@ -91,18 +94,28 @@ def cancel(obj: Context, job_id: int, reason: str, wait_seconds: float) -> None:
 @click.pass_obj
 @handle_errors
 def retry(obj: Context, job_id: int | None, all_failed: bool, queue: str | None) -> None:
-    """Put a failed (or cancelled) job back in the queue, or every failed job with --failed."""
+    """Put a failed (or cancelled) job back in the queue, or every failed job with --failed.
+
+    A job whose unique key a queued or running job holds cannot be retried: one line each says so,
+    and the exit code is 1 (the others are retried)."""
     if (job_id is None) == (not all_failed):
         fail("give a JOB_ID or --failed (not both)")
     if queue is not None and not all_failed:
         fail("--queue goes with --failed")
     app = obj.app()
     if job_id is not None:
-        app.retry_job(job_id)
+        try:
+            app.retry_job(job_id)
+        except DuplicateJob as exc:
+            fail(str(exc), 1)
         console.print(f"job {job_id} queued again", markup=False)
     else:
         ids = app.retry_failed(queue)
         console.print(f"{len(ids)} failed job(s) queued again", markup=False)
+        for why in ids.not_retried.values():
+            err_console.print(f"[bold red]error:[/] {escape(str(why))}", markup=True, soft_wrap=True)
+        if ids.not_retried:
+            sys.exit(1)
 
 
 @cli.command()

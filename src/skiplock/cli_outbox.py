@@ -11,7 +11,7 @@ import click
 from rich.table import Table
 
 from .app import App
-from .cli import Context, cli, console, fail, handle_errors, import_object, json_option
+from .cli import APP_SEARCH, Context, cli, console, fail, handle_errors, import_object, json_option, plain
 
 OUTBOX_STATES = ("pending", "delivering", "sent", "failed")
 OUTBOX_STYLE = {"pending": "cyan", "delivering": "yellow", "sent": "green", "failed": "red"}
@@ -42,7 +42,7 @@ def _headers(values: tuple[str, ...]) -> dict[str, str]:
 
 
 @cli.command()
-@click.option("--app", "app_spec", envvar="SKIPLOCK_APP", help="module:app (its DSN/schema; needed by --enqueue).")
+@click.option("--app", "app_spec", envvar="SKIPLOCK_APP", help=f"module:app (its DSN/schema; needed by --enqueue). {APP_SEARCH}")
 @click.option("--webhook", metavar="URL", help="Deliver by HTTP POST to URL (Idempotency-Key header).")
 @click.option("--enqueue", "enqueue_jobs", is_flag=True, help="Deliver by enqueueing a skiplock job per message "
               "(task = the topic, or --task), in the same transaction: exactly once.")
@@ -129,12 +129,13 @@ def outbox(ctx: click.Context, failed: bool, state: str | None, topic: str | Non
         fail("--failed and --state disagree")
     obj: Context = ctx.obj
     app = obj.app()
-    table = Table(title=f"skiplock outbox (schema {app.schema})")
+    table = Table(title=plain(f"skiplock outbox (schema {app.schema})"))
     for col in ("id", "topic", "key", "state", "attempts", "created", "last error"):
         table.add_column(col)
     for m in app.outbox.list_messages(state="failed" if failed else state, topic=topic, limit=limit):
-        table.add_row(str(m.id), m.topic, m.key or "", f"[{OUTBOX_STYLE[m.state]}]{m.state}[/]",
-                      f"{m.attempts}/{m.max_attempts}", m.created_at.isoformat(timespec="seconds"), _short(m.last_error))
+        table.add_row(str(m.id), plain(m.topic), plain(m.key or ""), f"[{OUTBOX_STYLE[m.state]}]{m.state}[/]",
+                      f"{m.attempts}/{m.max_attempts}", m.created_at.isoformat(timespec="seconds"),
+                      plain(_short(m.last_error)))
     console.print(table)
 
 
@@ -150,8 +151,8 @@ def outbox_show(obj: Context, message_id: int) -> None:
     table.add_column()
     for field in ("id", "topic", "key", "state", "attempts", "max_attempts", "idempotency_key", "created_at",
                   "available_at", "finished_at", "owner", "lease_expires_at"):
-        table.add_row(field, str(getattr(m, field)))
-    table.add_row("payload", json.dumps(m.payload, ensure_ascii=False))
+        table.add_row(field, plain(getattr(m, field)))
+    table.add_row("payload", plain(json.dumps(m.payload, ensure_ascii=False)))
     console.print(table)
     if m.last_error:
         console.print("\n[bold]last error[/]")

@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .app import App
-from .backend.postgres.backend import row_of
+from .backend.postgres.backend import connect, row_of
 
 DEMO_DB = "skiplock_demo"
 
@@ -37,21 +37,27 @@ def record_effect(job: Any, n: int) -> None:
 
 
 def _prepare_database(admin_dsn: str) -> str:
-    with psycopg.connect(admin_dsn, autocommit=True) as c:
+    with connect(admin_dsn, autocommit=True) as c:  # connect: a clear error, without the password
         c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DEMO_DB)))
         c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DEMO_DB)))
     dsn = conninfo.make_conninfo(admin_dsn, dbname=DEMO_DB)
-    with psycopg.connect(dsn, autocommit=True) as c:
+    with connect(dsn, autocommit=True) as c:
         c.execute("CREATE TABLE demo_effects (id bigint GENERATED ALWAYS AS IDENTITY, job_id bigint NOT NULL, "
                   "n int NOT NULL, worker_pid int NOT NULL)")
     return dsn
 
 
 def _start_worker(dsn: str, concurrency: int) -> subprocess.Popen[bytes]:
+    """A ``skiplock worker`` process. The DSN goes through its environment (``SKIPLOCK_DSN``), never its
+    command line: any local user can read another process's argv (/proc/PID/cmdline, ``ps``), only the
+    process's owner its environment. The schema is the demo's own (the default), whatever
+    ``SKIPLOCK_SCHEMA`` says."""
+    env = {k: v for k, v in os.environ.items() if k != "SKIPLOCK_SCHEMA"}
+    env["SKIPLOCK_DSN"] = dsn
     return subprocess.Popen(
-        [sys.executable, "-m", "skiplock", "--quiet", "--dsn", dsn, "worker", "--app", "skiplock.demo:app",
+        [sys.executable, "-m", "skiplock", "--quiet", "worker", "--app", "skiplock.demo:app",
          "--concurrency", str(concurrency), "--poll-interval", "0.05", "--log-level", "ERROR"],
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL, env=env,
     )
 
 
@@ -70,7 +76,7 @@ def run_demo(admin_dsn: str, *, jobs: int = 10_000, workers: int = 4, concurrenc
     killed_in_flight: list[int] = []
     start = time.monotonic()
     try:
-        with psycopg.connect(dsn, autocommit=True) as db, Progress(
+        with connect(dsn, autocommit=True) as db, Progress(
             TextColumn("[bold]draining"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
         ) as progress:
             bar = progress.add_task("jobs", total=jobs)
@@ -141,7 +147,7 @@ def _redone(rows: list[tuple[int, int, int]]) -> str:
 
 
 def _report(dsn: str, jobs: int, victim_pid: int, in_flight: list[int], elapsed: float, console: Console) -> bool:
-    with psycopg.connect(dsn, autocommit=True) as db:
+    with connect(dsn, autocommit=True) as db:
         done, failed, other = row_of(db.execute(
             "SELECT count(*) FILTER (WHERE state = 'done'), count(*) FILTER (WHERE state = 'failed'), "
             "count(*) FILTER (WHERE state NOT IN ('done', 'failed')) FROM skiplock.jobs"))

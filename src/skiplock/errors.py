@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from urllib.parse import quote
+
 
 class SkiplockError(Exception):
     """Base class of every error skiplock raises on purpose."""
@@ -58,3 +61,63 @@ class JobFailed(SkiplockError):
 
 class WaitTimeout(SkiplockError, TimeoutError):
     """The job did not finish within the time given to ``wait``."""
+
+
+# ---- secrets on display ---------------------------------------------------------------------------
+# A DSN's password (or sslpassword) is never shown: every message, log line or repr that names a
+# database goes through redact_dsn (the DSN itself) or redact (any other text that may quote it).
+
+REDACTED = "***"
+MIN_SEARCHED_SECRET = 4
+_SECRET_KEYS = ("password", "sslpassword")
+# postgresql://user:PASSWORD@host -- the password runs to the last "@" of the URI token
+_URI_USERINFO = re.compile(r"(?P<keep>\b[a-z][a-z0-9+.-]*://[^\s:@/\"']*:)[^\s\"']*@", re.I)
+# ?password=PASSWORD or &password=PASSWORD in a URI's query
+_URI_PARAM = re.compile(r"(?P<keep>[?&](?:ssl)?password=)[^&#\s\"']*", re.I)
+# password=PASSWORD or password = 'PASS WORD' in key=value form (a quote may be left unterminated)
+_KV = re.compile(r"(?P<keep>(?<![?&\w])(?:ssl)?password\s*=\s*)(?:'(?:[^'\\]|\\.)*(?:'|$)|[^\s'\"]+)", re.I)
+
+
+def _mask(text: str) -> str:
+    text = _URI_USERINFO.sub(lambda m: f"{m.group('keep')}{REDACTED}@", text)
+    text = _URI_PARAM.sub(lambda m: f"{m.group('keep')}{REDACTED}", text)
+    return _KV.sub(lambda m: f"{m.group('keep')}{REDACTED}", text)
+
+
+def _secrets(dsn: str | None) -> list[str]:
+    """The password values a DSN carries (as parsed, and as they may be spelled in a URI)."""
+    if not dsn:
+        return []
+    from psycopg import ProgrammingError, conninfo
+
+    try:
+        parts = conninfo.conninfo_to_dict(dsn)
+    except ProgrammingError:
+        return []
+    # Shorter values are not searched for in free text (every "a" of a message is not a password);
+    # DSN-shaped text is masked whatever the password's length (see _mask).
+    values = [str(parts[k]) for k in _SECRET_KEYS if len(str(parts.get(k) or "")) >= MIN_SEARCHED_SECRET]
+    return [v for value in values for v in {value, quote(value, safe=""), quote(value)}]
+
+
+def redact(text: str, dsn: str | None = None) -> str:
+    """``text`` (an error message, a log line) with every password removed: those of DSNs it quotes
+    (URI or key=value form) and, wherever they appear, the password of ``dsn`` (if at least
+    MIN_SEARCHED_SECRET characters long)."""
+    for secret in sorted(_secrets(dsn), key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return _mask(text)
+
+
+def redact_dsn(dsn: str) -> str:
+    """The DSN for display: its settings in key=value form without password or sslpassword; an
+    unparseable DSN is shown as given, its passwords masked."""
+    from psycopg import ProgrammingError, conninfo
+
+    try:
+        parts = conninfo.conninfo_to_dict(dsn)
+    except ProgrammingError:
+        return f"unparseable DSN {redact(dsn)!r}"
+    for key in _SECRET_KEYS:
+        parts.pop(key, None)
+    return redact(conninfo.make_conninfo(**{k: str(v) for k, v in parts.items()}), dsn) or "<defaults>"

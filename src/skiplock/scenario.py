@@ -10,6 +10,8 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 from rich.console import Console
 
+from .errors import redact
+
 CLAIM_SQL = "SELECT id, task FROM jobs WHERE state = 'queued'\n   ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED;"
 LOCK_TIMEOUT = "2s"
 _MARKER = "skiplock scenario scratch schema"  # COMMENT ON SCHEMA: we only ever drop schemas carrying it
@@ -133,7 +135,8 @@ def run_scenario(dsn: str, *, schema: str = "skiplock_scenario", out: Console | 
                 c.execute("SELECT set_config('search_path', %s, false), set_config('lock_timeout', %s, false)",
                           (ident.as_string(c), LOCK_TIMEOUT))
         except psycopg.Error as e:
-            failures.append(StepFailure(0, "setup: connect and create the scratch schema", "success", _error_text(e)))
+            failures.append(StepFailure(0, "setup: connect and create the scratch schema", "success",
+                                        redact(_error_text(e), dsn)))  # libpq may quote the DSN
             return _verdict(say, failures, 0)
         say(f"-- setup (not a seed step): schema {ident.as_string(conns['A'])}, table jobs with rows "
             f"(1, 'send welcome email'), (2, 'generate invoice'), state 'queued';", style="dim")

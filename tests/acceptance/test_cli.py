@@ -5,7 +5,12 @@ hostile queue names handled as data."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -81,6 +86,24 @@ def test_newer_schema_version_asks_to_upgrade_skiplock(dsn, db):
     assert jobs_count(db) == 0
 
 
+@pytest.mark.parametrize("schema", ["we%ird", "[/bold] [x", "é" * 31 + "a"], ids=["percent", "markup", "63-bytes"])
+def test_any_schema_name_works_from_the_command_line(empty_dsn, schema):
+    assert run_cli(empty_dsn, "--schema", schema, "migrate").returncode == 0
+    enq = run_cli(empty_dsn, "--schema", schema, "enqueue", "effect")
+    assert enq.returncode == 0, enq.stderr
+    for command in (["status"], ["queues"], ["jobs"], ["jobs", enq.stdout.strip()]):
+        result = run_cli(empty_dsn, "--schema", schema, *command)
+        assert result.returncode == 0, (command, result.stdout + result.stderr)
+    status = run_cli(empty_dsn, "--schema", schema, "status")
+    assert schema in status.stdout, status.stdout
+    assert table_row(status.stdout, "default")[1:] == ["1", "0", "0", "0", "0"]
+
+
+def test_schema_name_over_63_bytes_is_bad_input(empty_dsn):
+    line = assert_clean_failure(run_cli(empty_dsn, "--schema", "é" * 32, "migrate"), 2)
+    assert "63 bytes" in line, line
+
+
 # ---- the happy path -------------------------------------------------------------------------------
 
 
@@ -123,6 +146,57 @@ def test_enqueue_then_inspect(dsn, db):
     assert table_row(status.stdout, "other")[1:] == ["0", "0", "0", "1", "0"]
 
 
+# ---- the current directory: searched for --app only, and never ahead of installed modules -----------
+
+SHADOWS = ("click", "rich", "wave")  # a third-party and a stdlib name a file in the cwd could shadow
+LAUNCHERS = {"console-script": [str(Path(sys.executable).with_name("skiplock"))],
+             "python-m": [sys.executable, "-m", "skiplock"]}
+
+
+def _plain_env() -> dict[str, str]:
+    """No PYTHONPATH: what the current directory contributes is up to skiplock (and Python)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_") and k != "PYTHONPATH"}
+    env.update(PYTHONUNBUFFERED="1", COLUMNS="200")
+    return env
+
+
+@pytest.mark.parametrize("launcher", list(LAUNCHERS))
+def test_current_directory_does_not_shadow_installed_modules(dsn, db, tmp_path, launcher):
+    for name in SHADOWS:
+        (tmp_path / f"{name}.py").write_text(f"import sys\nsys.stderr.write('SHADOWED {name}\\n')\n")
+    (tmp_path / "mymod.py").write_text(textwrap.dedent("""
+        import skiplock
+
+        app = skiplock.App()
+
+        @app.task(name="which_wave")
+        def which_wave(job):
+            import wave  # imported late, after --app: the stdlib's, not ./wave.py
+            return wave.__file__
+    """))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([*LAUNCHERS[launcher], "--quiet", "--dsn", dsn, *args], cwd=tmp_path, env=_plain_env(),
+                                stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        assert "SHADOWED" not in result.stdout + result.stderr, (args, result.stdout + result.stderr)
+        assert result.returncode == 0, (args, result.stdout + result.stderr)
+        return result
+
+    run("status")
+    job_id = int(run("enqueue", "which_wave", "--app", "mymod:app").stdout.strip())  # ./mymod.py found
+    run("worker", "--app", "mymod:app", "--concurrency", "1", "--stop-when-empty", "--no-maintenance")
+    row = job_row(db, job_id)
+    assert row["state"] == "done", row
+    assert not row["result"].startswith(str(tmp_path)), row["result"]
+
+
+def test_app_option_help_says_where_the_module_is_searched():
+    result = subprocess.run([*LAUNCHERS["console-script"], "worker", "--help"], env=_plain_env(),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "current directory" in " ".join(result.stdout.split())
+
+
 # ---- bad input: one clear line, exit 2, nothing written -------------------------------------------
 
 
@@ -136,6 +210,7 @@ BAD_INPUT = {
     "run-at-yesterday": (["enqueue", "effect", "--run-at", "yesterday"], "--run-at"),
     "unknown-task": (["enqueue", "no_such_task", "--app", "tasks_app:app"], "unknown task 'no_such_task'"),
     "worker-no-such-module": (["worker", "--app", "nosuchmodule:app", "--stop-when-empty"], "nosuchmodule"),
+    "app-relative-module": (["enqueue", "effect", "--app", ".tasks_app:app"], "package.module:attr"),
 }
 
 
@@ -234,6 +309,21 @@ def test_hostile_queue_name_is_stored_and_claimed_as_data(dsn, effects):
     assert [r[0] for r in table_row_cells(listed.stdout) if r[0].isdigit()] == [str(job_id)]
 
 
+def test_names_that_look_like_markup_are_printed_as_they_are(dsn, db):
+    """rich reads "[...]" as markup: data (queue and task names, errors) must be printed as text."""
+    name = "[/bold] [red]q"
+    job_id = int(run_cli(dsn, "enqueue", "no.such[/x]", "--queue", name).stdout.strip())
+    db.execute("UPDATE skiplock.jobs SET state = 'failed', finished_at = now(), last_error = '[/oops] boom' "
+               "WHERE id = %s", [job_id])
+    for command in (["status"], ["queues"], ["jobs"], ["jobs", str(job_id)], ["jobs", "--queue", name]):
+        result = run_cli(dsn, *command)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, (command, result.stderr)
+        assert name in result.stdout, (command, result.stdout)
+    assert "[/oops] boom" in run_cli(dsn, "jobs").stdout
+    line = assert_clean_failure(run_cli(dsn, "pause", "[/never]"), 2)
+    assert "[/never]" in line, line
+
+
 # ---- lifecycle commands -----------------------------------------------------------------------------
 
 
@@ -276,6 +366,23 @@ def test_lifecycle_commands(dsn, db, producer):
 
     waited = run_cli(dsn, "wait", unique[0], "--timeout", "0.2")
     assert waited.returncode == 1 and "did not finish" in waited.stderr
+
+
+def test_retry_of_jobs_whose_unique_key_is_held(dsn, db, producer):
+    held, free = producer.enqueue("effect", unique_key="k1"), producer.enqueue("effect", unique_key="k2")
+    db.execute("UPDATE skiplock.jobs SET state = 'failed', finished_at = now() WHERE id = ANY(%s)", [[held, free]])
+    holder = producer.enqueue("effect", unique_key="k1")
+
+    one = run_cli(dsn, "retry", str(held))
+    line = assert_clean_failure(one, 1)
+    assert f"job {held}" in line and f"job {holder} holds its unique_key 'k1'" in line, line
+
+    every = run_cli(dsn, "retry", "--failed")
+    line = assert_clean_failure(every, 1)
+    assert f"job {held} cannot be retried" in line and f"job {holder} holds" in line, line
+    assert "1 failed job(s) queued again" in every.stdout
+    assert scalar(db, "SELECT state FROM skiplock.jobs WHERE id = %s", [free]) == "queued"
+    assert scalar(db, "SELECT state FROM skiplock.jobs WHERE id = %s", [held]) == "failed"
 
 
 def test_demo_kills_a_worker_mid_run_and_every_effect_is_there_once(pg_admin_dsn):

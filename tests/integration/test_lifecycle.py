@@ -91,6 +91,79 @@ def test_retry_failed_requeues_all_failed_jobs(app):
     assert {app.get_job(i).state for i in ids} == {"queued"}
 
 
+def _fail_now(db, *ids):
+    db.execute("UPDATE skiplock.jobs SET state = 'failed', finished_at = now() WHERE id = ANY(%s)", [list(ids)])
+
+
+def test_retry_failed_retries_what_it_can_and_says_why_not_for_the_rest(app, db):
+    """A failed job's unique key may be held again by a newer queued job (the partial unique index
+    allows one queued or running job per key): that job is not retried, the others are."""
+    held = app.enqueue("t", unique_key="k1")
+    free = app.enqueue("t", unique_key="k2")
+    keyless = app.enqueue("t")
+    _fail_now(db, held, free, keyless)
+    holder = app.enqueue("t", unique_key="k1")  # the key is free again: a newer job takes it
+    twin = app.enqueue("t", unique_key="k2")
+    _fail_now(db, twin)  # two failed jobs share k2: only the first can be queued again
+
+    result = app.retry_failed()
+    assert result == [free, keyless]  # still the list of ids retried
+    assert sorted(result.not_retried) == [held, twin]
+    assert result.not_retried[held].existing_id == holder and "k1" in str(result.not_retried[held])
+    assert result.not_retried[twin].existing_id == free and "k2" in str(result.not_retried[twin])
+    assert [app.get_job(i).state.value for i in (held, free, keyless, holder, twin)] == \
+        ["failed", "queued", "queued", "queued", "failed"]
+    assert app.retry_failed() == [] and sorted(app.retry_failed().not_retried) == [held, twin]
+
+
+def test_retry_job_whose_unique_key_is_held_raises_a_clear_error(app, db):
+    job_id = app.enqueue("t", unique_key="k")
+    _fail_now(db, job_id)
+    holder = app.enqueue("t", unique_key="k")
+    with pytest.raises(DuplicateJob, match=f"job {holder} holds its unique_key 'k'") as caught:
+        app.retry_job(job_id)
+    assert caught.value.existing_id == holder
+    assert app.get_job(job_id).state == "failed"
+    app.cancel_job(holder)
+    app.retry_job(job_id)  # the key is free: retried
+    assert app.get_job(job_id).state == "queued"
+
+
+@pytest.mark.parametrize("verb", ["retry_failed", "retry_job"])
+def test_retry_while_a_key_is_being_taken(app, dsn, db, verb):
+    """An enqueuer takes the failed job's key in a transaction still open when the retry runs: the
+    retry's UPDATE waits for it on the unique index and, once it commits, fails there -- the retry
+    then reports the new holder instead of raising a database error."""
+    job_id = app.enqueue("t", unique_key="k")
+    other = app.enqueue("t")
+    _fail_now(db, job_id, other)
+    taker_app = skiplock.App(dsn)
+    with psycopg.connect(dsn) as taker:
+        holder = taker_app.enqueue("t", unique_key="k", conn=taker)  # not committed yet
+        outcome: list[object] = []
+
+        def retry() -> None:
+            try:
+                outcome.append(app.retry_failed() if verb == "retry_failed" else app.retry_job(job_id))
+            except BaseException as exc:  # noqa: BLE001 - the test inspects it
+                outcome.append(exc)
+
+        t = threading.Thread(target=retry)
+        t.start()
+        wait_for(lambda: db.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                    "AND datname = current_database()").fetchone()[0])  # the retry waits
+        taker.commit()
+        t.join(timeout=30)
+    taker_app.close()
+    [result] = outcome
+    if verb == "retry_failed":
+        assert result == [other] and list(result.not_retried) == [job_id], result
+        assert result.not_retried[job_id].existing_id == holder
+    else:
+        assert isinstance(result, DuplicateJob) and result.existing_id == holder, result
+    assert app.get_job(job_id).state == "failed"
+
+
 # ---- delays and priorities -----------------------------------------------------------------------------
 
 

@@ -71,3 +71,69 @@ def test_hostile_schema_name_is_an_identifier_not_sql(empty_dsn):
     app.close()
     with psycopg.connect(empty_dsn) as c:
         assert c.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", [schema]).fetchone()[0] == 1
+
+
+# Names PostgreSQL accepts that are hard on string-built SQL: a "%" (a placeholder to psycopg in a
+# statement with parameters), quotes, spaces, non-ASCII letters.
+ODD_SCHEMA_NAMES = ["we%ird", "a%sb", "%(id)s", "100%", '"quoted"', "spa ce", "ünïcødé"]
+
+
+def _exercise(dsn: str, schema: str) -> None:
+    """Migrate, enqueue (one, many, keyed, COPY-sized), run a worker, complete and read jobs, put and
+    read an outbox message, retry, count and prune -- all in ``schema``."""
+    app = skiplock.App(dsn, schema=schema)
+
+    @app.task(name="t")
+    def t(job, n=0):
+        job.conn.execute("SELECT 1")
+        return n
+
+    @app.task(name="boom", max_attempts=1)
+    def boom(job):
+        raise RuntimeError("boom")
+
+    try:
+        assert app.migrate()
+        assert app.migrate() == []
+        one = app.enqueue("t", {"n": 1})
+        many = app.enqueue_many([("t", {"n": i}) for i in range(3)])
+        keyed = app.enqueue("t", {"n": 7}, unique_key="k")
+        assert app.enqueue("t", {"n": 8}, unique_key="k") == keyed
+        app.enqueue_many([("t", {"n": i}, {"queue": "parked"}) for i in range(1000)])  # the COPY path
+        failing = app.enqueue("boom")
+        with psycopg.connect(dsn) as conn:  # on the caller's connection, in its transaction
+            mine = app.enqueue("t", {"n": 9}, conn=conn)
+            app.outbox.put("topic", {"x": 1}, conn=conn)
+        app.worker(queues=["default"], concurrency=2, handle_signals=False).run(stop_when_empty=True)
+        assert app.get_job(one).result == 1 and app.get_job(mine).result == 9
+        assert [app.get_job(i).state.value for i in [*many, keyed]] == ["done"] * 4
+        assert app.get_job(failing).state.value == "failed"
+        assert app.retry_failed() == [failing]
+        assert {(q, s) for q, s, _ in app.counts()} >= {("default", "done"), ("parked", "queued")}
+        assert len(app.list_jobs(state="done")) == 5 + 1
+        assert [m.topic for m in app.outbox.list_messages()] == ["topic"]
+        app.prune({"done": 0})
+    finally:
+        app.close()
+    with psycopg.connect(dsn) as c:
+        assert c.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", [schema]).fetchone()[0] == 1
+
+
+@pytest.mark.parametrize("schema", ODD_SCHEMA_NAMES)
+def test_any_schema_name_postgresql_accepts_works(empty_dsn, schema):
+    _exercise(empty_dsn, schema)
+
+
+def test_schema_name_length_is_counted_in_bytes(empty_dsn):
+    """PostgreSQL keeps 63 bytes of a name: a longer one would be truncated, and two long names
+    sharing their first 63 bytes would silently share tables. 63 bytes work; 64 are refused."""
+    fits = "é" * 31 + "a"  # 63 bytes, 32 characters
+    _exercise(empty_dsn, fits)
+    for too_long in ("é" * 32, "é" * 31 + "ab", "x" * 64):  # 64 bytes (32, 33 and 64 characters)
+        app = skiplock.App(empty_dsn, schema=too_long)
+        with pytest.raises(skiplock.ConfigurationError, match="63 bytes"):
+            app.migrate()
+        app.close()
+    for bad in ("", "a\x00b"):
+        with pytest.raises(skiplock.ConfigurationError, match="schema"):
+            skiplock.App(empty_dsn, schema=bad).migrate()

@@ -33,7 +33,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ...errors import DatabaseUnavailable, DuplicateJob, SchemaError
+from ...errors import DatabaseUnavailable, DuplicateJob, SchemaError, redact, redact_dsn
 from ...reconnect import quiet_driver_noise
 from ..base import ClaimedJob, NewJob
 from .queries import load_migrations, load_queries
@@ -69,13 +69,8 @@ def session_gone(exc: BaseException) -> bool:
 
 
 def describe_dsn(dsn: str) -> str:
-    """The DSN without its password, for messages."""
-    try:
-        parts = pg_conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        return "<unparseable DSN>"
-    parts.pop("password", None)
-    return " ".join(f"{k}={v}" for k, v in parts.items()) or "<defaults>"
+    """The DSN without its password, for messages (see :func:`skiplock.errors.redact_dsn`)."""
+    return redact_dsn(dsn)
 
 
 def with_connect_timeout(dsn: str, seconds: float | None = None) -> dict[str, Any]:
@@ -97,13 +92,14 @@ def one_line(exc: BaseException) -> str:
 
 def connect(dsn: str, timeout: float | None = None, **kwargs: Any) -> psycopg.Connection[Any]:
     """psycopg.connect with a bounded wait (see :func:`with_connect_timeout`) and a clear error
-    naming the server."""
+    naming the server -- never its password (libpq's own message may quote the DSN: it is redacted too)."""
     try:
         return psycopg.connect(dsn, **with_connect_timeout(dsn, timeout), **kwargs)
     except psycopg.ProgrammingError as exc:
-        raise DatabaseUnavailable(f"invalid DSN {dsn!r}: {one_line(exc)}") from None
+        raise DatabaseUnavailable(f"invalid DSN ({redact_dsn(dsn)}): {redact(one_line(exc), dsn)}") from None
     except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(f"cannot connect to PostgreSQL ({describe_dsn(dsn)}): {one_line(exc)}") from None
+        raise DatabaseUnavailable(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): "
+                                  f"{redact(one_line(exc), dsn)}") from None
 
 
 # A keyed batch whose holders keep finishing between its insert and its lookup is tried this many
@@ -216,6 +212,9 @@ class PostgresBackend:
         self._idle_lock = threading.Lock()
         self._idle_since: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = weakref.WeakKeyDictionary()
 
+    def __repr__(self) -> str:  # never the DSN's password
+        return f"PostgresBackend({redact_dsn(self.dsn)!r}, schema={self.schema!r})"
+
     # ---- connections -------------------------------------------------------------------------
 
     def pool(self) -> ConnectionPool:
@@ -308,8 +307,8 @@ class PostgresBackend:
         except CONNECTION_LOST as exc:
             if not session_gone(exc):
                 raise
-            raise DatabaseUnavailable(f"lost the connection to PostgreSQL ({describe_dsn(self.dsn)}): "
-                                      f"{one_line(exc)}") from None
+            raise DatabaseUnavailable(f"lost the connection to PostgreSQL ({redact_dsn(self.dsn)}): "
+                                      f"{redact(one_line(exc), self.dsn)}") from None
 
     def connect_lease(self, application_name: str = "skiplock-worker") -> psycopg.Connection[Any]:
         """A dedicated connection for one worker slot; its transactions are job leases."""
@@ -652,10 +651,29 @@ class PostgresBackend:
         self._one("forget_cancel_request", {"id": job_id})
 
     def retry_job(self, job_id: int) -> bool:
-        return self._one("retry_job", {"id": job_id}) is not None
+        """True if the job was put back; False if it does not exist, is not failed or cancelled, or
+        a queued or running job holds its unique_key (also one committed during this statement)."""
+        try:
+            return self._one("retry_job", {"id": job_id}) is not None
+        except psycopg.errors.UniqueViolation:
+            return False
 
-    def retry_failed(self, queue: str | None) -> list[int]:
-        return [r[0] for r in self._all("retry_failed", {"queue": queue})]
+    def unique_key_holder(self, unique_key: str) -> tuple[int, str] | None:
+        """(id, state) of the queued or running job holding ``unique_key``, if any."""
+        row = self._one("unique_key_holder", {"unique_key": unique_key})
+        return (int(row[0]), row[1]) if row else None
+
+    def retry_failed(self, queue: str | None) -> list[tuple[int, str | None, bool, int | None]]:
+        """One row per failed job (of ``queue``), in id order: (id, unique_key, retried, id of the job
+        holding its key when not retried). Keys taken while it runs make the statement fail on the
+        unique index, undoing it: it runs again, seeing the new holders."""
+        for _ in range(KEYED_ATTEMPTS):
+            try:
+                return [(int(r[0]), r[1], bool(r[2]), r[3]) for r in self._all("retry_failed", {"queue": queue})]
+            except psycopg.errors.UniqueViolation:
+                continue
+        raise DatabaseUnavailable(f"unique keys of failed jobs kept changing hands over {KEYED_ATTEMPTS} attempts; "
+                                  "try again")
 
     def queue_known(self, queue: str) -> bool:
         return bool(self._one("queue_known", {"queue": queue})[0])

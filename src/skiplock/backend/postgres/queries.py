@@ -11,9 +11,23 @@ from psycopg import sql
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.M)
 
 
+def schema_identifier(schema: str) -> str:
+    """``schema`` as SQL text: psycopg's identifier quoting (``sql.Identifier``), and never a "%".
+
+    The statements are plain strings run both with parameters (psycopg then reads every "%" as a
+    placeholder: ``"we%ird"`` breaks the statement) and without (a "%%" escape would then reach the
+    server as two characters: another schema). So a name with "%" is written as PostgreSQL's
+    Unicode-escape identifier, ``U&"we\\0025ird"``: the same name, no "%" in the text, correct in
+    both cases (and in COPY and the migrations). Other names keep the plain quoted form."""
+    quoted = sql.Identifier(schema).as_string(None)  # type: ignore[arg-type]  # no connection needed
+    if "%" not in quoted:
+        return quoted
+    return "U&" + quoted.replace("\\", "\\\\").replace("%", "\\0025")
+
+
 def _bind_schema(text: str, schema: str) -> str:
-    # Identifier quoting needs no connection; the result is plain SQL with %(param)s placeholders.
-    return sql.SQL(text).format(schema=sql.Identifier(schema)).as_string(None)  # type: ignore[arg-type]
+    # The result is plain SQL with %(param)s placeholders and the schema bound (see schema_identifier).
+    return sql.SQL(text).format(schema=sql.SQL(schema_identifier(schema))).as_string(None)  # type: ignore[arg-type]
 
 
 def _read(name: str) -> str:

@@ -463,24 +463,52 @@ SELECT pg_terminate_backend(s.pid)
 DELETE FROM {schema}.job_cancellations WHERE job_id = %(id)s;
 
 -- name: retry_job
--- Puts a failed (or cancelled) job back: a fresh set of attempts, its error history kept.
+-- Puts a failed (or cancelled) job back: a fresh set of attempts, its error history kept. Not if a
+-- queued or running job holds its unique_key (jobs_unique_key_idx allows one): no row then, and the
+-- caller says why. (A holder committed after this statement's snapshot makes the UPDATE fail on the
+-- index instead: the caller treats that the same way.)
 WITH upd AS (
-UPDATE {schema}.jobs
+UPDATE {schema}.jobs j
    SET state = 'queued', attempts = 0, run_at = now(), finished_at = NULL, started_at = NULL, result = NULL
- WHERE id = %(id)s AND state IN ('failed', 'cancelled')
-RETURNING id),
+ WHERE j.id = %(id)s AND j.state IN ('failed', 'cancelled')
+   AND (j.unique_key IS NULL OR NOT EXISTS (SELECT 1 FROM {schema}.jobs h WHERE h.unique_key = j.unique_key
+                                                AND h.state IN ('queued', 'running')))
+RETURNING j.id),
 a AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM upd)),
 c AS (DELETE FROM {schema}.job_cancellations WHERE job_id IN (SELECT id FROM upd))
 SELECT id FROM upd;
 
+-- name: unique_key_holder
+-- The queued or running job holding a unique_key now, if any (at most one: jobs_unique_key_idx).
+SELECT id, state FROM {schema}.jobs WHERE unique_key = %(unique_key)s AND state IN ('queued', 'running');
+
 -- name: retry_failed
-WITH upd AS (
-UPDATE {schema}.jobs
+-- Puts every failed job (of a queue) back, as retry_job does, except those whose unique_key is
+-- taken: by a queued or running job, or by an earlier failed job with the same key that this
+-- statement retries (jobs_unique_key_idx allows one queued job per key; the lowest id wins, as if
+-- the jobs were retried one by one in id order). One row per failed job, in id order: (id,
+-- unique_key, retried, the id of the job holding its key if it was not retried). A holder committed
+-- after the snapshot makes the UPDATE fail on the index, undoing the whole statement: the caller
+-- runs it again (its new snapshot sees the holder).
+WITH failed AS (
+SELECT j.id, j.unique_key,
+       (SELECT h.id FROM {schema}.jobs h WHERE h.unique_key = j.unique_key AND h.state IN ('queued', 'running')
+         LIMIT 1) AS holder,
+       min(j.id) OVER (PARTITION BY j.unique_key) AS first_with_key
+  FROM {schema}.jobs j
+ WHERE j.state = 'failed' AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)),
+upd AS (
+UPDATE {schema}.jobs j
    SET state = 'queued', attempts = 0, run_at = now(), finished_at = NULL, started_at = NULL, result = NULL
- WHERE state = 'failed' AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-RETURNING id),
+  FROM failed f
+ WHERE j.id = f.id AND j.state = 'failed' AND f.holder IS NULL
+   AND (f.unique_key IS NULL OR f.first_with_key = f.id)
+RETURNING j.id),
 a AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM upd))
-SELECT id FROM upd ORDER BY id;
+SELECT f.id, f.unique_key, f.id IN (SELECT id FROM upd) AS retried,
+       coalesce(f.holder, CASE WHEN f.unique_key IS NOT NULL AND f.first_with_key <> f.id THEN f.first_with_key END)
+  FROM failed f
+ ORDER BY f.id;
 
 -- name: queue_known
 SELECT EXISTS (SELECT 1 FROM {schema}.jobs WHERE queue = %(queue)s)
