@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pwd
 import shutil
 import subprocess
 from pathlib import Path
@@ -52,7 +53,7 @@ def old_predictable_socket_dir(data_dir: Path) -> Path:
 def as_user(user: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` as OS user ``user`` (its own uid and gid, no supplementary groups)."""
     base = {"PATH": "/usr/bin:/bin", "HOME": "/", "PGPASSFILE": "/nonexistent", "LC_ALL": "C"}
-    return subprocess.run(argv, user=user, group=user, extra_groups=[], env={**base, **(env or {})}, cwd="/",
+    return subprocess.run(argv, user=user, group=pwd.getpwnam(user).pw_gid, extra_groups=[], env={**base, **(env or {})}, cwd="/",
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
 
 

@@ -8,6 +8,7 @@ server as another OS user, over TCP and over the Unix socket, and check the owne
 from __future__ import annotations
 
 import os
+import pwd
 import socket
 import stat
 import subprocess
@@ -22,7 +23,7 @@ from psycopg import conninfo
 import skiplock
 from skiplock import embedded
 from skiplock.errors import ConfigurationError
-from security_support import copy_to_program, psql_as
+from security_support import as_user, copy_to_program, psql_as
 
 HERE = Path(__file__).resolve().parent
 
@@ -176,3 +177,29 @@ def test_an_old_data_dir_is_secured_and_keeps_its_data(servers, intruder, marker
     attempt = psql_as(intruder, f"host=127.0.0.1 port={server.port} user=postgres dbname=postgres",
                       copy_to_program(marker))
     assert attempt.returncode != 0 and not marker.exists(), attempt
+
+
+def test_a_normal_users_server_is_closed_to_other_users(servers, intruder, marker):
+    """The same as a normal user (``nobody`` here) owning the server: its files are its own, private,
+    and another user gets nowhere, even with TCP on."""
+    servers.base.chmod(0o755)
+    data = servers.data_dir()
+    data.parent.chmod(0o777)
+    env = {"HOME": str(data.parent), "PYTHONUNBUFFERED": "1", "SKIPLOCK_EMBEDDED_TCP": "1"}
+    start = as_user("nobody", [sys.executable, "-m", "skiplock", "--data-dir", str(data), "server", "start"],
+                    env)
+    assert start.returncode == 0, start
+    server = embedded._read_running(data)
+    for host in (str(server.socket_dir), "127.0.0.1"):
+        attempt = psql_as(intruder, f"host={host} port={server.port} user=postgres dbname=postgres",
+                          copy_to_program(marker))
+        assert attempt.returncode != 0, (host, attempt)
+    assert not marker.exists()
+    owner = os.stat(data).st_uid
+    assert owner == pwd.getpwnam("nobody").pw_uid
+    assert os.lstat(data / embedded.PASSFILE).st_uid == owner
+    assert stat.S_IMODE(os.lstat(data / embedded.PASSFILE).st_mode) == 0o600
+    jobs = as_user("nobody", [sys.executable, "-m", "skiplock", "--data-dir", str(data), "migrate"], env)
+    assert jobs.returncode == 0, jobs  # and its owner still needs no setup step
+    stop = as_user("nobody", [sys.executable, "-m", "skiplock", "--data-dir", str(data), "server", "stop"], env)
+    assert stop.returncode == 0, stop
