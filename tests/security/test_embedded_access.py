@@ -203,3 +203,19 @@ def test_a_normal_users_server_is_closed_to_other_users(servers, intruder, marke
     assert jobs.returncode == 0, jobs  # and its owner still needs no setup step
     stop = as_user("nobody", [sys.executable, "-m", "skiplock", "--data-dir", str(data), "server", "stop"], env)
     assert stop.returncode == 0, stop
+
+
+def test_another_users_data_dir_is_a_clear_error(servers):
+    """Pointing skiplock at someone else's data directory: a clear ConfigurationError (the CLI's
+    --data-dir already refuses a directory it cannot read), not a PermissionError from deep inside."""
+    data = servers.data_dir()
+    servers.start(data)
+    servers.base.chmod(0o755)
+    probe = ("import sys\nfrom skiplock import embedded, errors\n"
+             "for call in (embedded.ensure_server, embedded.stop_server):\n"
+             "    try:\n        call(sys.argv[1])\n    except errors.ConfigurationError as exc:\n        print(exc)\n")
+    attempt = as_user("nobody", [sys.executable, "-c", probe, str(data)], {"HOME": "/tmp"})
+    assert attempt.returncode == 0, attempt
+    lines = attempt.stdout.splitlines()
+    assert len(lines) == 2 and all("belongs to another user" in line for line in lines), attempt
+    assert embedded._read_running(data) is not None  # still running
