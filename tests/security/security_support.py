@@ -7,6 +7,8 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
+from functools import lru_cache
 from pathlib import Path
 
 from skiplock import embedded
@@ -66,3 +68,31 @@ def psql_as(user: str, conninfo: str, command: str, env: dict[str, str] | None =
 def copy_to_program(marker: Path) -> str:
     """The superuser's road to a shell: if this runs, the server's OS user has created ``marker``."""
     return f"COPY (SELECT 1) TO PROGRAM 'touch {marker}'"
+
+
+@lru_cache(maxsize=None)
+def python_for(user: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """(argv prefix, extra env) of a Python that ``user`` can run with this test run's packages
+    importable: ours if they may execute it, else the system's of the same version, given our
+    sys.path (a venv made from an interpreter under /root, as pyenv's, is not executable by others)."""
+    try:
+        probe = as_user(user, [sys.executable, "-c", "import skiplock"])
+        if probe.returncode == 0:
+            return (sys.executable,), ()
+        why = probe.stderr.strip()
+    except PermissionError as exc:  # the exec itself, refused
+        why = str(exc)
+    system = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
+    assert system.exists(), f"{user} cannot run {sys.executable} ({why}) and there is no {system}"
+    return (str(system),), (("PYTHONPATH", os.pathsep.join(p for p in sys.path if p and Path(p).is_dir())),)
+
+
+def skiplock_as(user: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The skiplock CLI run as ``user``."""
+    argv, extra = python_for(user)
+    return as_user(user, [*argv, "-m", "skiplock", *args], {**dict(extra), **(env or {})})
+
+
+def python_as(user: str, code: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    argv, extra = python_for(user)
+    return as_user(user, [*argv, "-c", code, *args], {**dict(extra), **(env or {})})

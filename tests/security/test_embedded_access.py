@@ -23,7 +23,7 @@ from psycopg import conninfo
 import skiplock
 from skiplock import embedded
 from skiplock.errors import ConfigurationError
-from security_support import as_user, copy_to_program, psql_as
+from security_support import copy_to_program, psql_as, python_as, skiplock_as
 
 HERE = Path(__file__).resolve().parent
 
@@ -186,8 +186,7 @@ def test_a_normal_users_server_is_closed_to_other_users(servers, intruder, marke
     data = servers.data_dir()
     data.parent.chmod(0o777)
     env = {"HOME": str(data.parent), "PYTHONUNBUFFERED": "1", "SKIPLOCK_EMBEDDED_TCP": "1"}
-    start = as_user("nobody", [sys.executable, "-m", "skiplock", "--data-dir", str(data), "server", "start"],
-                    env)
+    start = skiplock_as("nobody", ["--data-dir", str(data), "server", "start"], env)
     assert start.returncode == 0, start
     server = embedded._read_running(data)
     for host in (str(server.socket_dir), "127.0.0.1"):
@@ -199,9 +198,9 @@ def test_a_normal_users_server_is_closed_to_other_users(servers, intruder, marke
     assert owner == pwd.getpwnam("nobody").pw_uid
     assert os.lstat(data / embedded.PASSFILE).st_uid == owner
     assert stat.S_IMODE(os.lstat(data / embedded.PASSFILE).st_mode) == 0o600
-    jobs = as_user("nobody", [sys.executable, "-m", "skiplock", "--data-dir", str(data), "migrate"], env)
+    jobs = skiplock_as("nobody", ["--data-dir", str(data), "migrate"], env)
     assert jobs.returncode == 0, jobs  # and its owner still needs no setup step
-    stop = as_user("nobody", [sys.executable, "-m", "skiplock", "--data-dir", str(data), "server", "stop"], env)
+    stop = skiplock_as("nobody", ["--data-dir", str(data), "server", "stop"], env)
     assert stop.returncode == 0, stop
 
 
@@ -214,7 +213,7 @@ def test_another_users_data_dir_is_a_clear_error(servers):
     probe = ("import sys\nfrom skiplock import embedded, errors\n"
              "for call in (embedded.ensure_server, embedded.stop_server):\n"
              "    try:\n        call(sys.argv[1])\n    except errors.ConfigurationError as exc:\n        print(exc)\n")
-    attempt = as_user("nobody", [sys.executable, "-c", probe, str(data)], {"HOME": "/tmp"})
+    attempt = python_as("nobody", probe, str(data), env={"HOME": "/tmp"})
     assert attempt.returncode == 0, attempt
     lines = attempt.stdout.splitlines()
     assert len(lines) == 2 and all("belongs to another user" in line for line in lines), attempt
