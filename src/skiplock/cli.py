@@ -49,7 +49,7 @@ class Context:
         if server is not None and not self.quiet:
             tcp = f", TCP 127.0.0.1:{server.port}" if server.tcp else ""
             err_console.print(f"skiplock: embedded PostgreSQL in {server.data_dir} (socket {server.socket_dir}, "
-                              f"port {server.port}{tcp})", markup=False)
+                              f"port {server.port}{tcp})", markup=False, soft_wrap=True)
 
 
 def import_object(spec: str, option: str) -> Any:

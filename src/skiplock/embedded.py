@@ -564,8 +564,9 @@ def stop_server(data_dir: Path | str | None = None, mode: str = "fast") -> bool:
     return True
 
 
-def remove_data_dir(data_dir: Path) -> None:
+def remove_data_dir(data_dir: Path | str) -> None:
     """Delete a (stopped) embedded server's data directory, and its private socket directory if any."""
+    data_dir = Path(data_dir)
     try:
         kept = _read_address_file(data_dir).get("unix_socket_directories")
     except OSError:
