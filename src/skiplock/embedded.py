@@ -19,8 +19,9 @@ log in to would hand them the owner's account. Hence:
   (0700). The DSN skiplock builds names that file (libpq's ``passfile=``), so no password is ever in
   a DSN, an argv, a log line or a message. The owner needs no setup step; root can read the file.
 - Unix socket only by default (``listen_addresses = ''``). The socket is in the data directory
-  itself or, when that path is too long for a socket, in a private directory ``/tmp/skiplock-XXXXXXXX``
-  (a random name from ``mkdtemp``, mode 0700, owned by the server's user). That directory is checked
+  itself or, when that path is too long for a socket, in a private directory
+  ``/tmp/skiplock-sock-XXXXXXXX`` (a random name from ``mkdtemp``, mode 0700, owned by the server's
+  user). That directory is checked
   with ``lstat`` at every start: a symlink, a directory owned by another user or one others can write
   to is refused with a clear error -- never followed, never chmod-ed. Other users can neither reach
   the socket (directory permissions) nor log in (password).
@@ -72,7 +73,7 @@ ADDRESS_FILE = "skiplock.conf"  # in the data directory: port, socket directory,
 TCP_ENV = "SKIPLOCK_EMBEDDED_TCP"
 TCP_HOST = "127.0.0.1"
 SOCKET_PARENT = Path("/tmp")  # for the socket directory of data directories with long paths
-SOCKET_PREFIX = "skiplock-"
+SOCKET_PREFIX = "skiplock-sock-"
 SUPERUSER = "postgres"
 
 _INCLUDE = f"include_if_exists = '{ADDRESS_FILE}'  # skiplock: this server's address, kept across restarts\n"
