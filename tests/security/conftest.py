@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -13,7 +12,6 @@ from typing import Iterator
 
 import pytest
 
-from skiplock import embedded
 from security_support import Servers
 
 

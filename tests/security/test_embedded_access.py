@@ -25,7 +25,6 @@ from skiplock import embedded
 from skiplock.errors import ConfigurationError
 from security_support import copy_to_program, psql_as, python_as, skiplock_as
 
-HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture
