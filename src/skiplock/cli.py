@@ -56,8 +56,9 @@ class Context:
         _ = app.dsn  # resolves the DSN, starting the embedded server if needed
         server = app.embedded_server
         if server is not None and not self.quiet:
+            tcp = f", TCP 127.0.0.1:{server.port}" if server.tcp else ""
             err_console.print(f"skiplock: embedded PostgreSQL in {server.data_dir} (socket {server.socket_dir}, "
-                              f"port {server.port})", markup=False)
+                              f"port {server.port}{tcp})", markup=False, soft_wrap=True)
 
 
 def search_current_directory_for(module_name: str) -> None:
@@ -379,14 +380,21 @@ def server() -> None:
 
 
 @server.command("start")
+@click.option("--tcp/--no-tcp", default=None,
+              help="Also listen on 127.0.0.1 (password still required), or stop doing so; kept for later starts. "
+                   "[default: as before; a new server: Unix socket only]")
 @click.pass_obj
 @handle_errors
-def server_start(obj: Context) -> None:
-    """Start (or reuse) the embedded server and print its DSN."""
+def server_start(obj: Context, tcp: bool | None) -> None:
+    """Start (or reuse) the embedded server and print its DSN (and its TCP DSN with --tcp).
+
+    Only its owner can use it: the DSN names a password file only the owner can read."""
     from .embedded import ensure_server
 
-    s = ensure_server(obj.data_dir)
-    console.print(s.dsn, markup=False)
+    s = ensure_server(obj.data_dir, tcp=tcp)
+    console.print(s.dsn, markup=False, soft_wrap=True)
+    if s.tcp:
+        console.print(s.tcp_dsn, markup=False, soft_wrap=True)
 
 
 @server.command("stop")

@@ -11,10 +11,22 @@ import tempfile
 from pathlib import Path
 
 
+def python_for_nobody() -> list[str]:
+    """Our interpreter if `nobody` may run it, else the system's of the same version given our sys.path
+    (a venv made from an interpreter under /root, as pyenv's, is not executable by other users)."""
+    probe = subprocess.run(["su", "nobody", "-s", "/bin/sh", "-c", f"test -x {shlex.quote(sys.executable)}"])
+    system = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
+    if probe.returncode == 0 or not system.exists():
+        return [sys.executable]
+    path = os.pathsep.join(p for p in sys.path if p and Path(p).is_dir())
+    return [f"PYTHONPATH={shlex.quote(path)}", str(system)]
+
+
 def run_as_unprivileged(args: list[str], home: Path) -> subprocess.CompletedProcess[str]:
     """Run the CLI as an ordinary user: `nobody` when the tests run as root, else ourselves."""
     env = f"HOME={shlex.quote(str(home))} PYTHONUNBUFFERED=1"  # su starts a clean environment: no SKIPLOCK_DSN
-    command = " ".join(["env -u SKIPLOCK_DSN", env, shlex.quote(sys.executable), "-m", "skiplock", *map(shlex.quote, args)])
+    python = python_for_nobody() if os.geteuid() == 0 else [shlex.quote(sys.executable)]
+    command = " ".join(["env -u SKIPLOCK_DSN", env, *python, "-m", "skiplock", *map(shlex.quote, args)])
     if os.geteuid() == 0:
         argv = ["su", "nobody", "-s", "/bin/sh", "-c", command]
     else:
@@ -36,6 +48,8 @@ def test_embedded_server_starts_and_is_reused_by_a_normal_user():
         assert (data / "postmaster.pid").read_text().splitlines()[0] == pid  # reused, not restarted
         owner = data.stat().st_uid
         assert owner != 0  # PostgreSQL never runs as root
+        passfile = data / "skiplock.pgpass"  # the password its DSN names: the user's own, private
+        assert passfile.stat().st_uid == owner and passfile.stat().st_mode & 0o777 == 0o600
     finally:
         stop = run_as_unprivileged(["--data-dir", str(data), "server", "stop"], home)
         shutil.rmtree(home, ignore_errors=True)

@@ -36,11 +36,13 @@ CLI_TIMEOUT = 60  # safety nets only: a hung process fails the test instead of h
 class FaultServer:
     """An embedded PostgreSQL owned by the fault suite, so stopping and restarting it never disturbs
     the server the rest of the test suite shares. It always comes back on the same port and socket
-    (``pg_ctl restart`` reuses the command line in postmaster.opts; ``start`` is given it again)."""
+    (``pg_ctl restart`` reuses the command line in postmaster.opts; ``start`` is given it again).
+    It listens on 127.0.0.1 too (asked for: the embedded default is the Unix socket only), for the
+    TCP proxy and the network-namespace partitions."""
 
     def __init__(self, data_dir: Path):
         self.data_dir = data_dir
-        self.server = embedded.ensure_server(data_dir)
+        self.server = embedded.ensure_server(data_dir, tcp=True)
         self.port = self.server.port
         self.socket_dir = self.server.socket_dir
         self.log = data_dir / "server.log"
