@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from psycopg import conninfo
+import psycopg
+from psycopg import conninfo, sql
 
 import skiplock
 from skiplock import DatabaseUnavailable
@@ -39,9 +40,32 @@ def run(argv: list[str], dsn: str, *, via_env: bool = False, timeout: float = 12
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
 
 
+ROLE = "skiplock_secret_user"
+
+
 def with_password(dsn: str) -> str:
-    """``dsn`` with the known password (the test server trusts local connections: it is ignored)."""
-    return conninfo.make_conninfo(dsn, password=SECRET)
+    """``dsn`` as a role whose password is the known secret, given in the DSN itself (the embedded
+    server checks passwords on every connection, so the secret is really used to log in)."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        if not c.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (ROLE,)).fetchone():
+            c.execute(sql.SQL("CREATE ROLE {} LOGIN SUPERUSER PASSWORD {}").format(sql.Identifier(ROLE),
+                                                                                 sql.Literal(SECRET)))
+    parts = conninfo.conninfo_to_dict(dsn)
+    parts.pop("passfile", None)
+    return conninfo.make_conninfo(**{**parts, "user": ROLE, "password": SECRET})
+
+
+def test_a_wrong_password_is_refused_without_showing_it(dsn):
+    right = with_password(dsn)
+    wrong = conninfo.make_conninfo(right, password=SECRET + "-wrong")
+    result = run(["status"], wrong, via_env=True)
+    out = result.stdout + result.stderr
+    assert result.returncode == 3, out
+    assert "password authentication failed" in out, out
+    assert SECRET not in out and "Traceback" not in out, out
+    with pytest.raises(DatabaseUnavailable) as caught:
+        skiplock.App(wrong).check()
+    assert SECRET not in str(caught.value), caught.value
 
 
 @pytest.mark.parametrize("name", list(FAILING))
