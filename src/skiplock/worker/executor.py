@@ -37,7 +37,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from ..backend.base import ClaimedJob
-from ..backend.postgres.backend import CONNECTION_LOST
+from ..backend.postgres.backend import CONNECTION_LOST, connection_lost, session_gone
 from ..job import (Cancel, Cancelled, Done, Failed, Job, JobState, LeaseLost, Outcome, Retry, RetryLater, Snooze,
                    Snoozed)
 
@@ -122,7 +122,9 @@ class Executor:
                 self._local.attempts_conn = conn
             try:
                 return op(conn)
-            except CONNECTION_LOST:
+            except CONNECTION_LOST as exc:
+                if not session_gone(exc):
+                    raise  # an error of a live session (a deadlock, say): the connection is fine
                 conn.close()
                 conn = None
                 if retry:
@@ -480,10 +482,9 @@ class Executor:
                 written = backend.record_outcome(conn, claimed, attempt, state=state, delay=delay, error=error,
                                                  started_at=started_at, worker=slot, uncount=uncount)
                 return _as_written(outcome, written)
-            except CONNECTION_LOST:
-                pass  # the connection died under us: record from a fresh one below
-            except psycopg.Error as db_exc:
-                log.warning("job %s: could not record its outcome in its transaction (%s); recording separately",
+            except psycopg.Error as db_exc:  # recorded from a fresh transaction below
+                if not connection_lost(db_exc):
+                    log.warning("job %s: could not record its outcome in its transaction (%s); recording separately",
                             claimed.id, db_exc)
         broken = conn.broken
         if not conn.closed:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import psycopg
 
-from ..backend.postgres.backend import CONNECTION_LOST
+from ..backend.postgres.backend import connection_lost
 from ..errors import DatabaseUnavailable
 from ..job import Cancelled, Done, Failed, LeaseLost, RetryLater, Snoozed
 from ..maintenance.periodic import Scheduler
@@ -346,10 +346,13 @@ class Worker:
                         return
                     delay = min(self.max_reconnect_delay, max(0.25, delay * 2))
                     self.stats.reconnects += 1
-                    if isinstance(exc, (*CONNECTION_LOST, DatabaseUnavailable)):
-                        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                    if isinstance(exc, DatabaseUnavailable) or connection_lost(exc):
                         log.warning("slot %s: database connection lost (%s); reconnecting in %.2fs",
                                     slot_name, reason, delay)
+                    elif isinstance(exc, psycopg.Error):  # the session is alive: a database error, not a lost link
+                        log.warning("slot %s: database error %s (%s: %s); starting over in %.2fs", slot_name,
+                                    getattr(exc, "sqlstate", None), type(exc).__name__, reason, delay)
                     else:
                         log.exception("slot %s: unexpected error; reconnecting in %.2fs", slot_name, delay)
                     if conn is not None:

@@ -56,7 +56,37 @@ def session_gone(exc: BaseException) -> bool:
     if isinstance(exc, (psycopg.errors.IdleInTransactionSessionTimeout, psycopg.errors.TransactionTimeout)):
         return True
     state = getattr(exc, "sqlstate", None)
-    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+    return state is None or state.startswith("08") or state in SESSION_ENDED
+
+
+# SQLSTATEs of a session the server ended: admin shutdown (pg_terminate_backend), crash shutdown,
+# cannot connect now, database dropped, idle_session_timeout.
+SESSION_ENDED = frozenset({"57P01", "57P02", "57P03", "57P04", "57P05"})
+
+
+# Every session skiplock opens runs its transactions at READ COMMITTED, whatever the database's or
+# role's default_transaction_isolation: the claim protocol (FOR UPDATE SKIP LOCKED, guarded writes
+# that re-check the row's state) relies on it; at REPEATABLE READ or SERIALIZABLE a claim or a
+# finishing write would fail with serialization errors wherever rows changed under the snapshot.
+READ_COMMITTED = r"-c default_transaction_isolation=read\ committed"
+
+
+def session_options(dsn: str, *settings: str) -> str:
+    """The ``options`` startup parameter for a skiplock session: the DSN's own options, then
+    READ COMMITTED and ``settings`` (later ones win)."""
+    try:
+        given = pg_conninfo.conninfo_to_dict(dsn).get("options")
+    except psycopg.ProgrammingError:
+        given = None
+    return " ".join(x for x in (given, READ_COMMITTED, *settings) if x)
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """True if ``exc`` means the connection's session is gone (reconnect, record elsewhere); False for
+    an error the server reported on a live session (a deadlock, a serialization failure, a cancelled
+    statement): that is an error of the statement, to record or retry, and the connection is usable
+    after a rollback."""
+    return isinstance(exc, CONNECTION_LOST) and session_gone(exc)
 
 
 def describe_dsn(dsn: str) -> str:
@@ -211,7 +241,8 @@ class PostgresBackend:
                         self.dsn,
                         min_size=1,
                         max_size=self._pool_size,
-                        kwargs={"autocommit": True, "application_name": "skiplock", **with_connect_timeout(self.dsn)},
+                        kwargs={"autocommit": True, "application_name": "skiplock",
+                                "options": session_options(self.dsn), **with_connect_timeout(self.dsn)},
                         open=False,
                         name="skiplock",
                         reconnect_timeout=60,
@@ -264,14 +295,10 @@ class PostgresBackend:
     def connect_lease(self, application_name: str = "skiplock-worker") -> psycopg.Connection[Any]:
         """A dedicated connection for one worker slot; its transactions are job leases."""
         ms = int(self.lease_timeout * 1000)
-        options = (
-            f"-c idle_in_transaction_session_timeout={ms} -c tcp_keepalives_idle=10 "
+        options = session_options(
+            self.dsn, f"-c idle_in_transaction_session_timeout={ms} -c tcp_keepalives_idle=10 "
             "-c tcp_keepalives_interval=5 -c tcp_keepalives_count=3 -c tcp_user_timeout=30000 "
-            "-c client_connection_check_interval=5000"
-        )
-        user_options = pg_conninfo.conninfo_to_dict(self.dsn).get("options")
-        if user_options:
-            options = f"{user_options} {options}"
+            "-c client_connection_check_interval=5000")
         conn = connect(self.dsn, autocommit=False, application_name=application_name, options=options, **CLIENT_TCP)
         if conn.info.server_version >= 170000:
             conn.execute(self.q["set_transaction_timeout"], {"value": f"{ms}ms"})
@@ -282,7 +309,7 @@ class PostgresBackend:
         """An autocommit connection for attempt counting. ``synchronous_commit=off``: a count lost in
         a server crash costs at most one extra attempt, and it saves a WAL flush per job."""
         return connect(self.dsn, autocommit=True, application_name="skiplock-attempts",
-                       options="-c synchronous_commit=off", **CLIENT_TCP)
+                       options=session_options(self.dsn, "-c synchronous_commit=off"), **CLIENT_TCP)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -605,7 +632,8 @@ class PostgresBackend:
 
     def connect_listener(self) -> psycopg.Connection[Any]:
         """An autocommit connection LISTENing on the fixed channel ``skiplock`` (never a user-named one)."""
-        conn = connect(self.dsn, autocommit=True, application_name="skiplock-listener", **CLIENT_TCP)
+        conn = connect(self.dsn, autocommit=True, application_name="skiplock-listener",
+                       options=session_options(self.dsn), **CLIENT_TCP)
         conn.execute(self.q["listen"])
         return conn
 
