@@ -311,17 +311,26 @@ class Executor:
         """Claimed lease: mark the job running with our owner token and a lease, COMMIT (the attempt
         is now durable and the row lock released), run the handler while the heartbeat renews the
         lease, then finish with a write fenced on state and owner. The handler's writes through
-        ``job.conn`` commit with that fenced write, so they vanish too if the lease was lost."""
+        ``job.conn`` commit with that fenced write, so they vanish too if the lease was lost. A job
+        claimed with no attempt left (nothing re-queues one, but a row may say so) is failed, not run."""
         backend = self.backend
+        started_at = claimed.claimed_at
+        if claimed.attempts >= claimed.max_attempts:
+            error = (f"gave up: {claimed.attempts} attempt(s) used of max_attempts {claimed.max_attempts}; "
+                     "the job is not run again")
+            outcome = self._write(conn, claimed, claimed.attempts, Failed(error), started_at, slot, False)
+            if not conn.closed:
+                conn.commit()
+            return outcome
         owner = uuid.uuid4()
         started = backend.start_claimed(conn, claimed, owner, task.lease_seconds, slot)
         conn.commit()
         if started is None:  # not queued any more (cannot happen while we held its lock)
             return LeaseLost(Failed("not queued when claimed"))
         attempt, cancel_reason = started
-        started_at = claimed.claimed_at
         if cancel_reason is not None:
-            return self._finish_claimed(conn, claimed, attempt - 1, Cancelled(cancel_reason), started_at, slot, owner)
+            return self._finish_claimed(conn, claimed, attempt - 1, Cancelled(cancel_reason), started_at, slot, owner,
+                                        task)
         if self.heartbeat is not None:
             self.heartbeat.hold(claimed.id, owner, task.lease_seconds)
         job = Job(id=claimed.id, queue=claimed.queue, task=claimed.task, args=claimed.args,
@@ -333,35 +342,63 @@ class Executor:
         finally:
             if self.heartbeat is not None:
                 self.heartbeat.release(claimed.id)
-        return self._finish_claimed(conn, claimed, attempt, outcome, started_at, slot, owner)
+        return self._finish_claimed(conn, claimed, attempt, outcome, started_at, slot, owner, task)
 
     def _finish_claimed(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, attempt: int, outcome: Outcome,
-                        started_at: datetime, slot: str, owner: uuid.UUID) -> Outcome:
+                        started_at: datetime, slot: str, owner: uuid.UUID, task: "Task") -> Outcome:
+        """The fenced finishing write (state ``running`` and our owner), on the slot's connection while
+        its session lives. The server may have ended that session while the handler ran (it sat idle:
+        ``idle_session_timeout``, a terminate, a restart); then the write still happens, on a fresh
+        connection and fenced the same way, so the job always converges:
+
+        - ``Done`` and the handler left nothing uncommitted on ``job.conn`` (no transaction open):
+          completed from the fresh connection; it ran once and is done once.
+        - ``Done`` but the handler had written through ``job.conn``: those writes died with the
+          session, so the job is not done. The attempt is a failure like any other, counted: retried
+          by the task's policy, or ``failed`` after ``max_attempts``.
+        - any other outcome: written as decided.
+        """
         backend = self.backend
-        if isinstance(outcome, Done) and not conn.closed and not conn.broken:
-            try:
-                if backend.complete(conn, claimed, attempt, outcome.result, started_at, slot, owner):
-                    conn.commit()
+        gone = conn.closed or conn.broken
+        handler_wrote = gone or conn.info.transaction_status != TransactionStatus.IDLE
+        if isinstance(outcome, Done):
+            lost: BaseException | None = None
+            if not gone:
+                try:
+                    if backend.complete(conn, claimed, attempt, outcome.result, started_at, slot, owner):
+                        conn.commit()
+                        return outcome
+                    conn.rollback()  # refused: the handler's writes go with it
+                    return self._lost(claimed, outcome)
+                except CONNECTION_LOST as exc:
+                    if not session_gone(exc):
+                        raise
+                    lost = exc
+            if not handler_wrote:
+                if backend.complete(None, claimed, attempt, outcome.result, started_at, slot, owner):
                     return outcome
-                conn.rollback()  # refused: the handler's writes go with it
                 return self._lost(claimed, outcome)
-            except CONNECTION_LOST:
-                outcome = RetryLater(0.0, "the connection was lost before the job's completion committed")
-        elif isinstance(outcome, Done):
-            outcome = RetryLater(0.0, "the connection was lost before the job's completion committed")
-        state, delay, error, uncount = _row_for(outcome)
+            error = ("the connection was lost before the job's completion committed; the handler's writes through "
+                     f"job.conn were lost with it ({lost if lost is not None else 'the session was already gone'})")
+            outcome = decide_failure(task, attempt, claimed.max_attempts, error, lost)
+        state, delay, error_text, uncount = _row_for(outcome)
         if uncount:
             attempt -= 1
-        broken = conn.closed or conn.broken
-        if not broken:
+        written: str | None = None
+        done = False
+        if not (conn.closed or conn.broken):
             try:
                 conn.rollback()
-            except psycopg.Error:
-                broken = True
-        written = backend.record_outcome(None if broken else conn, claimed, attempt, state=state, delay=delay,
-                                         error=error, started_at=started_at, worker=slot, uncount=False, owner=owner)
-        if not broken:
-            conn.commit()
+                written = backend.record_outcome(conn, claimed, attempt, state=state, delay=delay, error=error_text,
+                                                 started_at=started_at, worker=slot, uncount=False, owner=owner)
+                conn.commit()
+                done = True
+            except CONNECTION_LOST as exc:
+                if not session_gone(exc):
+                    raise
+        if not done:  # the session is gone: the same fenced write from a fresh connection
+            written = backend.record_outcome(None, claimed, attempt, state=state, delay=delay, error=error_text,
+                                             started_at=started_at, worker=slot, uncount=False, owner=owner)
         if written is None:
             return self._lost(claimed, outcome)
         return _as_written(outcome, written)

@@ -312,7 +312,7 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 try:
-                    if conn is not None and conn.closed:  # closed on purpose (a timed-out job)
+                    if conn is not None and (conn.closed or conn.broken):  # a timed-out job's, or found gone
                         conn = None
                     if conn is None:
                         conn = backend.connect_lease(f"skiplock-worker {slot_name}")

@@ -75,9 +75,9 @@ def session_options(dsn: str, *settings: str) -> str:
     """The ``options`` startup parameter for a skiplock session: the DSN's own options, then
     READ COMMITTED and ``settings`` (later ones win)."""
     try:
-        given = pg_conninfo.conninfo_to_dict(dsn).get("options")
+        given = str(pg_conninfo.conninfo_to_dict(dsn).get("options") or "")
     except psycopg.ProgrammingError:
-        given = None
+        given = ""
     return " ".join(x for x in (given, READ_COMMITTED, *settings) if x)
 
 
@@ -542,13 +542,14 @@ class PostgresBackend:
         if conn.info.server_version >= 170000:
             conn.execute(self.q["set_local_transaction_timeout"], {"value": value})
 
-    def complete(self, conn: psycopg.Connection[Any], job: ClaimedJob, attempt: int, result_json: str | None,
+    def complete(self, conn: psycopg.Connection[Any] | None, job: ClaimedJob, attempt: int, result_json: str | None,
                  started_at: datetime, worker: str, owner: uuid.UUID | None = None) -> bool:
         """False if the job was not written done (a cancellation was requested, or -- claimed lease --
-        the lease is no longer ``owner``'s)."""
-        row = row_of(conn.execute(self.q["complete"], {"id": job.id, "attempt": attempt, "result": result_json,
-                                                       "started_at": started_at, "worker": worker, "owner": owner,
-                                                       "notice": self.notice(job.id)}))
+        the lease is no longer ``owner``'s). ``conn`` None (claimed lease only: the fence is the lease,
+        not a lock): a pooled connection, committed at once."""
+        row = self._one("complete", {"id": job.id, "attempt": attempt, "result": result_json,
+                                     "started_at": started_at, "worker": worker, "owner": owner,
+                                     "notice": self.notice(job.id)}, conn)
         return bool(row[0])
 
     def record_outcome(self, conn: psycopg.Connection[Any] | None, job: ClaimedJob, attempt: int, *, state: str,
