@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import psycopg
 
 from ..backend.postgres.backend import connection_lost
-from ..errors import DatabaseUnavailable
+from ..errors import ConfigurationError, DatabaseUnavailable
 from ..job import Cancelled, Done, Failed, LeaseLost, RetryLater, Snoozed
 from ..maintenance.periodic import Scheduler
 from ..maintenance.pruner import Pruner
@@ -40,6 +40,8 @@ log = logging.getLogger("skiplock.worker")
 # was 1.1 / 1.8 / 3.2 / 3.8 x the pgbench baseline. 32 keeps a batch within the 64 subtransaction
 # ids PostgreSQL caches per transaction even when every handler writes (one savepoint each).
 DEFAULT_BATCH_SIZE = 32
+# Connections a starting worker leaves free for everyone else (producers enqueueing, tools).
+CONNECTION_HEADROOM = 2
 
 
 @dataclass
@@ -207,6 +209,7 @@ class Worker:
     def run(self, stop_when_empty: bool = False) -> WorkerStats:
         """Run until stopped (or, with ``stop_when_empty``, until no job is available)."""
         self.app._ready()  # clear error now if the database or schema is not usable
+        self._check_connection_budget()
         self._stop_when_empty = stop_when_empty
         claimed_leases = [t.lease_seconds for t in self.app.tasks.values() if t.lease == "claimed"]
         heartbeat = Heartbeat(self.app.backend, min(claimed_leases) / 3) if claimed_leases else None
@@ -254,6 +257,28 @@ class Worker:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
         return self.stats
+
+    def _check_connection_budget(self) -> None:
+        """Refuse to start (ConfigurationError naming the numbers) a worker that would take more
+        connections than the server lets this role open on this database, less
+        ``CONNECTION_HEADROOM`` left for producers -- instead of taking every connection, retrying
+        for ever and leaving producers with "too many clients". Checked once, at start-up.
+
+        A worker opens, besides the App's pooled connection already open: per slot a lease
+        connection and an attempt-counting one, the LISTEN connection, and one more pooled
+        connection for maintenance and heartbeats."""
+        per_slot, fixed = 2, (1 if self.listen else 0) + 1
+        need = self.concurrency * per_slot + fixed
+        available, why = self.app.backend.connection_budget().available()
+        if need + CONNECTION_HEADROOM <= available:
+            return
+        fits = (available - CONNECTION_HEADROOM - fixed) // per_slot
+        advice = f"lower concurrency (--concurrency) to {fits} or raise the limit" if fits >= 1 else "raise the limit"
+        raise ConfigurationError(
+            f"not enough database connections for {self.concurrency} slot(s): the worker needs {need} "
+            f"({self.concurrency} x {per_slot} per slot: lease + attempt counting, + {fixed} for the listener and "
+            f"maintenance) and leaves {CONNECTION_HEADROOM} free for producers, but only {available} can be opened "
+            f"({why}); {advice}")
 
     def _take_batch_turn(self, index: int) -> bool:
         """Wait for a turn to claim a batch (see ``batch_slots``). False if the worker is stopping, or

@@ -17,6 +17,7 @@ import time
 import uuid
 import weakref
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -121,6 +122,35 @@ def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
         raise DatabaseUnavailable(f"invalid DSN {dsn!r}: {one_line(exc)}") from None
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(f"cannot connect to PostgreSQL ({describe_dsn(dsn)}): {one_line(exc)}") from None
+
+
+@dataclass(frozen=True)
+class ConnectionBudget:
+    """What the server allows this role on this database now (see ``connection_budget`` in
+    queries.sql): each applicable limit with the sessions counted against it."""
+
+    max_connections: int
+    reserved: int  # superuser_reserved_connections + reserved_connections
+    in_use: int
+    role_limit: int  # -1: none (or a superuser)
+    role_in_use: int
+    db_limit: int
+    db_in_use: int
+    role: str
+    database: str
+
+    def available(self) -> tuple[int, str]:
+        """(sessions that can still be opened, the limit that decides it, in words)."""
+        limits = [(self.max_connections - self.reserved - self.in_use,
+                   f"server max_connections {self.max_connections} less {self.reserved} reserved, {self.in_use} in use")]
+        if self.role_limit >= 0:
+            limits.append((self.role_limit - self.role_in_use,
+                           f"role {self.role!r} CONNECTION LIMIT {self.role_limit}, {self.role_in_use} in use"))
+        if self.db_limit >= 0:
+            limits.append((self.db_limit - self.db_in_use,
+                           f"database {self.database!r} CONNECTION LIMIT {self.db_limit}, {self.db_in_use} in use"))
+        free, why = min(limits)
+        return max(0, free), why
 
 
 # A keyed batch whose holders keep finishing between its insert and its lookup is tried this many
@@ -310,6 +340,14 @@ class PostgresBackend:
         a server crash costs at most one extra attempt, and it saves a WAL flush per job."""
         return connect(self.dsn, autocommit=True, application_name="skiplock-attempts",
                        options=session_options(self.dsn, "-c synchronous_commit=off"), **CLIENT_TCP)
+
+    @property
+    def pool_size(self) -> int:
+        return self._pool_size
+
+    def connection_budget(self) -> ConnectionBudget:
+        with self._conn() as conn:
+            return ConnectionBudget(*row_of(conn.execute(self.q["connection_budget"])))
 
     def close(self) -> None:
         if self._pool is not None:

@@ -5,6 +5,23 @@
 -- name: schema_version
 SELECT max(version) FROM {schema}.schema_version;
 
+-- name: connection_budget
+-- How many more sessions the server would let this role open on this database, by each limit that
+-- applies: max_connections less the slots reserved for superusers and (PostgreSQL 16+) for
+-- pg_use_reserved_connections, the role's CONNECTION LIMIT and the database's (neither applies to a
+-- superuser; -1 is no limit), each less the client sessions counted against it now (this one included).
+SELECT current_setting('max_connections')::int,
+       current_setting('superuser_reserved_connections')::int
+         + coalesce(current_setting('reserved_connections', true)::int, 0),
+       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int,
+       CASE WHEN r.rolsuper THEN -1 ELSE r.rolconnlimit END,
+       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND usesysid = r.oid)::int,
+       CASE WHEN r.rolsuper THEN -1 ELSE d.datconnlimit END,
+       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND datid = d.oid)::int,
+       current_user, current_database()
+  FROM pg_roles r, pg_database d
+ WHERE r.rolname = current_user AND d.datname = current_database();
+
 -- name: claim
 -- The seed's claim, at READ COMMITTED, inside the job's transaction: the first available row in
 -- (priority, id) order that no other transaction has locked. SKIP LOCKED skips row locks held by
