@@ -13,7 +13,10 @@ Guarantees (transaction lease):
   exited yet, or another worker claimed the job again), the error is kept in job_attempts, outside
   every lease, and the job's next finishing write that commits records it.
 - Every attempt is counted on a separate autocommit connection before the handler starts, so a
-  handler that kills its worker process still uses up an attempt and ends ``failed``.
+  handler that kills its worker process still uses up an attempt and ends ``failed``. An attempt that
+  never finished is charged only if it ran alone in its process (see ``gate.py``): when a process
+  with several slots dies, the jobs in flight in it are not charged; each runs its next attempt
+  alone in its process, where a crash is its own.
 - A task ``timeout`` is enforced twice: PostgreSQL ends the job's transaction (statement, idle and
   transaction timeouts set locally), and the worker stops waiting for a handler stuck in Python
   (the handler runs in its own thread), ends the session and frees the slot.
@@ -38,6 +41,7 @@ from psycopg.pq import TransactionStatus
 
 from ..backend.base import ClaimedJob
 from ..backend.postgres.backend import CONNECTION_LOST, connection_lost, session_gone
+from .gate import RunGate
 from ..job import (Cancel, Cancelled, Done, Failed, Job, JobState, LeaseLost, Outcome, Retry, RetryLater, Snooze,
                    Snoozed)
 
@@ -97,8 +101,11 @@ class Executor:
     """Executes claimed jobs for one worker; shared by its slots (it holds no per-job state)."""
 
     def __init__(self, app: "App", worker_name: str, heartbeat: "Heartbeat | None" = None,
-                 fast_seconds: float = 0.005):
+                 fast_seconds: float = 0.005, slots: int = 1):
         self.app = app
+        # With one slot every attempt runs alone in its process: one that never finishes is charged.
+        self.alone_in_process = slots == 1
+        self.gate = RunGate()
         self.fast_seconds = fast_seconds
         self._seconds: dict[str, float] = {}  # per task: moving average of its handler's run time
         self.heartbeat = heartbeat
@@ -157,7 +164,13 @@ class Executor:
         """Run the jobs one claim locked, in that claim's transaction, and COMMIT. Returns the
         outcomes that are durable. The claim already sent a SAVEPOINT (same round trip). A job that
         must run alone (see ``alone``) runs alone: first, or not in this transaction (the jobs not
-        started are released untouched by the COMMIT)."""
+        started are released untouched by the COMMIT). Its handlers hold the process's run gate
+        shared (a suspect's run takes it exclusive, see ``run``)."""
+        with self.gate.shared():
+            return self._run_batch(conn, batch, slot, budget, stopping)
+
+    def _run_batch(self, conn: psycopg.Connection[Any], batch: list[ClaimedJob], slot: str, budget: float,
+                   stopping: threading.Event) -> BatchRun:
         alone = self.alone(batch[0].task)
         if alone:
             task = self.app.tasks[batch[0].task]
@@ -260,12 +273,12 @@ class Executor:
         started_at = claimed.claimed_at  # the database's clock, like finished_at
         backend = self.backend
 
-        def start(c: psycopg.Connection[Any]) -> tuple[int, str | None, str | None]:
+        def start(c: psycopg.Connection[Any]) -> tuple[int, str | None, str | None, bool]:
             if batch is not None:
                 backend.forget_dead_batches(c, claimed.id, batch)
-            return backend.start_attempt(c, claimed, slot, conn.info.backend_pid)
+            return backend.start_attempt(c, claimed, slot, conn.info.backend_pid, self.alone_in_process)
 
-        attempt, cancel_reason, unrecorded = self._bookkeeping(start)
+        attempt, cancel_reason, unrecorded, suspect = self._bookkeeping(start)
         if cancel_reason is not None:
             return self._write(conn, claimed, attempt - 1, Cancelled(cancel_reason), started_at, slot, False)
         if attempt > claimed.max_attempts:
@@ -285,6 +298,21 @@ class Executor:
                      f"(registered: {known}). The job is kept as failed.")
             return self._write(conn, claimed, attempt, Failed(error), started_at, slot, False)
 
+        if suspect and not self.alone_in_process:
+            # Its last attempt never finished: this one runs alone in the process, and is charged if
+            # it never finishes either (see gate.py).
+            log.info("job %s: its previous attempt never finished; attempt %s runs alone in this process",
+                     claimed.id, attempt)
+            with self.gate.exclusive():
+                self._bookkeeping(lambda c: backend.mark_exclusive(c, claimed.id, attempt))
+                return self._run_counted(conn, claimed, task, attempt, slot, savepoint_taken)
+        return self._run_counted(conn, claimed, task, attempt, slot, savepoint_taken)
+
+    def _run_counted(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, task: "Task", attempt: int, slot: str,
+                     savepoint_taken: bool) -> Outcome:
+        """The handler of a counted attempt, and its outcome written in the lease transaction."""
+        backend = self.backend
+        started_at = claimed.claimed_at
         if not savepoint_taken:
             backend.savepoint(conn)
         if task.timeout is not None:

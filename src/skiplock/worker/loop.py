@@ -213,7 +213,8 @@ class Worker:
         self._stop_when_empty = stop_when_empty
         claimed_leases = [t.lease_seconds for t in self.app.tasks.values() if t.lease == "claimed"]
         heartbeat = Heartbeat(self.app.backend, min(claimed_leases) / 3) if claimed_leases else None
-        executor = Executor(self.app, self.name, heartbeat, fast_seconds=self.batch_budget / 10)
+        executor = Executor(self.app, self.name, heartbeat, fast_seconds=self.batch_budget / 10,
+                            slots=self.concurrency)
         previous: dict[int, Any] = {}
         if self.handle_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):

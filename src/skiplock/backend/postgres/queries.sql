@@ -73,16 +73,36 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
 -- Also says whether a cancellation was requested (then the handler is not run), and the error of the
 -- previous attempt if that attempt finished but its outcome could not be written (still pending: see
 -- `record_outcome`) -- if that was the job's last attempt, the job fails with that error.
+-- The previous attempt never finished if job_attempts counts one more than the job's row
+-- (%(attempts)s) and holds no pending error for it: its session died (a killed process, a lost
+-- connection). That attempt is charged only if it ran `exclusive` (no other handler of its process
+-- running: %(exclusive)s, a one-slot worker; or a suspect's run, see `mark_exclusive`); otherwise it
+-- is not counted (its number is used again) -- whichever job killed its process, it need not have
+-- been this one. Either way the job is a `suspect`: this attempt runs exclusively in its process, so
+-- a crash during it is charged. So a job that kills its worker every time runs at most
+-- max_attempts + 1 times, and a job never pays for a crash it shared with other jobs.
 WITH a AS (
-INSERT INTO {schema}.job_attempts AS a (job_id, started, worker, backend_pid)
-VALUES (%(id)s, %(attempts)s + 1, %(worker)s, %(backend_pid)s)
+INSERT INTO {schema}.job_attempts AS a (job_id, started, worker, backend_pid, exclusive)
+VALUES (%(id)s, %(attempts)s + 1, %(worker)s, %(backend_pid)s, %(exclusive)s)
 ON CONFLICT (job_id) DO UPDATE
-   SET started = greatest(a.started, EXCLUDED.started - 1) + 1,
+   SET started = CASE WHEN a.started > EXCLUDED.started - 1 AND NOT a.exclusive
+                           AND (a.pending_errors -> -1 ->> 'attempt') IS DISTINCT FROM a.started::text
+                      THEN a.started  -- unfinished, shared its process: not charged
+                      ELSE greatest(a.started, EXCLUDED.started - 1) + 1 END,
+       suspect = a.started > EXCLUDED.started - 1
+                 AND (a.pending_errors -> -1 ->> 'attempt') IS DISTINCT FROM a.started::text,
+       exclusive = EXCLUDED.exclusive,
        worker = EXCLUDED.worker, backend_pid = EXCLUDED.backend_pid, started_at = now()
-RETURNING a.started,
+RETURNING a.started, a.suspect,
           CASE WHEN (a.pending_errors -> -1 ->> 'attempt')::int = a.started - 1
                THEN a.pending_errors -> -1 ->> 'error' END AS unrecorded)
-SELECT a.started, (SELECT reason FROM {schema}.job_cancellations WHERE job_id = %(id)s), a.unrecorded FROM a;
+SELECT a.started, (SELECT reason FROM {schema}.job_cancellations WHERE job_id = %(id)s), a.unrecorded, a.suspect
+  FROM a;
+
+-- name: mark_exclusive
+-- A suspect's attempt (see `start_attempt`) now runs exclusively in its process: if it never
+-- finishes, it is charged.
+UPDATE {schema}.job_attempts SET exclusive = true WHERE job_id = %(id)s AND started = %(attempt)s;
 
 -- name: start_batch
 -- Run on the slot's autocommit bookkeeping connection before the first handler of a batch (several
