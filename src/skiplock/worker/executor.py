@@ -298,10 +298,10 @@ class Executor:
                      f"(registered: {known}). The job is kept as failed.")
             return self._write(conn, claimed, attempt, Failed(error), started_at, slot, False)
 
-        if suspect and not self.alone_in_process:
-            # Its last attempt never finished: this one runs alone in the process, and is charged if
-            # it never finishes either (see gate.py).
-            log.info("job %s: its previous attempt never finished; attempt %s runs alone in this process",
+        if (suspect or batch is not None) and not self.alone_in_process:
+            # Its last attempt (or its batch) never finished: this one runs alone in the process, and is
+            # charged if it never finishes either (see gate.py).
+            log.info("job %s: its previous run never finished; attempt %s runs alone in this process",
                      claimed.id, attempt)
             with self.gate.exclusive():
                 self._bookkeeping(lambda c: backend.mark_exclusive(c, claimed.id, attempt))
