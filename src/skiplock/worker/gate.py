@@ -37,6 +37,13 @@ class RunGate:
                 self._shared -= 1
                 self._cond.notify_all()
 
+    def wait_open(self, stopping: threading.Event) -> None:
+        """Wait (without holding anything) while an exclusive run holds or waits for the gate, so
+        that a slot does not claim jobs only to hold their locks until that run is done."""
+        with self._cond:
+            while (self._exclusive or self._waiting) and not stopping.is_set():
+                self._cond.wait(0.1)
+
     @contextmanager
     def exclusive(self) -> Iterator[None]:
         """Wait until no other thread holds the gate, then hold it alone. This thread's own shared

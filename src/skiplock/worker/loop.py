@@ -303,6 +303,7 @@ class Worker:
                index: int) -> tuple[list[Any], bool]:
         """Claim the next job(s) in a new transaction on ``conn``. Returns them, and whether this slot
         now holds a batch turn (only while it has a batch of fast jobs to run; see ``batch_slots``)."""
+        executor.gate.wait_open(self._stopping)  # no claim while a suspect runs alone (see gate.py)
         limit = size.value
         turn = limit > 1 and size.instant
         if turn:
