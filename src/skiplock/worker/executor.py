@@ -41,9 +41,9 @@ from psycopg.pq import TransactionStatus
 
 from ..backend.base import ClaimedJob
 from ..backend.postgres.backend import CONNECTION_LOST, connection_lost, session_gone
-from .gate import RunGate
 from ..job import (Cancel, Cancelled, Done, Failed, Job, JobState, LeaseLost, Outcome, Retry, RetryLater, Snooze,
                    Snoozed)
+from .gate import RunGate
 
 if TYPE_CHECKING:
     from ..app import App, Task
@@ -549,8 +549,8 @@ class Executor:
                 return _as_written(outcome, written)
             except psycopg.Error as db_exc:  # recorded from a fresh transaction below
                 if not connection_lost(db_exc):
-                    log.warning("job %s: could not record its outcome in its transaction (%s); recording separately",
-                            claimed.id, db_exc)
+                    log.warning("job %s: could not record its outcome in its transaction (%s); recording "
+                                "separately", claimed.id, db_exc)
         broken = conn.broken
         if not conn.closed:
             try:

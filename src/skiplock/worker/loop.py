@@ -340,6 +340,7 @@ class Worker:
             while not self._stopping.is_set():
                 try:
                     if conn is not None and (conn.closed or conn.broken):  # a timed-out job's, or found gone
+                        conn.close()
                         conn = None
                     if conn is None:
                         conn = backend.connect_lease(f"skiplock-worker {slot_name}")
