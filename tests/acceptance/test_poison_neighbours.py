@@ -39,3 +39,25 @@ def test_a_poison_job_does_not_charge_the_jobs_in_the_other_slots(dsn, effects, 
     assert "attempt(s) started and none finished" in job["last_error"], job["last_error"]
     assert effects_of(db, poison) == []
     assert scalar(db, "SELECT count(*) FROM skiplock.job_attempts") == 0
+
+
+def test_a_poison_job_in_a_batch_of_a_two_slot_worker_ends_failed_within_max_attempts_plus_one_runs(
+        dsn, effects, producer, spawn):
+    """The batch that dies charges none of its jobs; each of them then runs alone in its process (its
+    batch died), so the poison job's crashes from then on are its own and charged."""
+    db = effects
+    before = producer.enqueue_many([("crash_if", {})] * 20)
+    poison = producer.enqueue("crash_if", {"crash": True}, max_attempts=2)
+    after = producer.enqueue_many([("crash_if", {})] * 20)
+    codes = []
+    for _ in range(6):
+        w = spawn.worker(dsn, "--batch-size", "16", "--batch-budget", "60", concurrency=2, stop_when_empty=True)
+        codes.append(w.wait(timeout=60))
+        if codes[-1] == 0:
+            break
+    assert codes == [-signal.SIGKILL] * 3 + [0], codes  # one uncharged crash, two charged, then failed
+    job = job_row(db, poison)
+    assert (job["state"], job["attempts"]) == ("failed", 2), job
+    rows = db.execute("SELECT id, state, attempts FROM skiplock.jobs WHERE id <> %s ORDER BY id", [poison]).fetchall()
+    assert rows == [(i, "done", 1) for i in before + after]
+    assert db.execute("SELECT job_id, count(*) FROM effects GROUP BY 1 HAVING count(*) <> 1").fetchall() == []

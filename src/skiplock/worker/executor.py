@@ -273,12 +273,8 @@ class Executor:
         started_at = claimed.claimed_at  # the database's clock, like finished_at
         backend = self.backend
 
-        def start(c: psycopg.Connection[Any]) -> tuple[int, str | None, str | None, bool]:
-            if batch is not None:
-                backend.forget_dead_batches(c, claimed.id, batch)
-            return backend.start_attempt(c, claimed, slot, conn.info.backend_pid, self.alone_in_process)
-
-        attempt, cancel_reason, unrecorded, suspect = self._bookkeeping(start)
+        attempt, cancel_reason, unrecorded, suspect = self._bookkeeping(
+            lambda c: backend.start_attempt(c, claimed, slot, conn.info.backend_pid, self.alone_in_process, batch))
         if cancel_reason is not None:
             return self._write(conn, claimed, attempt - 1, Cancelled(cancel_reason), started_at, slot, False)
         if attempt > claimed.max_attempts:
@@ -298,7 +294,7 @@ class Executor:
                      f"(registered: {known}). The job is kept as failed.")
             return self._write(conn, claimed, attempt, Failed(error), started_at, slot, False)
 
-        if (suspect or batch is not None) and not self.alone_in_process:
+        if suspect and not self.alone_in_process:
             # Its last attempt (or its batch) never finished: this one runs alone in the process, and is
             # charged if it never finishes either (see gate.py).
             log.info("job %s: its previous run never finished; attempt %s runs alone in this process",

@@ -530,16 +530,20 @@ class PostgresBackend:
         return [ClaimedJob(*row) for row in cur.fetchall()]
 
     def start_attempt(self, conn: psycopg.Connection[Any], job: ClaimedJob, worker: str,
-                      lease_pid: int | None, exclusive: bool = True) -> tuple[int, str | None, str | None, bool]:
+                      lease_pid: int | None, exclusive: bool = True,
+                      batch: int | None = None) -> tuple[int, str | None, str | None, bool]:
         """Count the attempt durably, outside the job's transaction (``conn`` from connect_bookkeeping).
         ``exclusive``: no other handler can run in this process meanwhile (a one-slot worker), so this
-        attempt is charged if it never finishes; a worker with several slots passes False.
+        attempt is charged if it never finishes; a worker with several slots passes False. ``batch``:
+        the live batch whose transaction the job runs in (its row keeps the job; the rows of dead
+        batches no longer list it).
         Returns (attempt number, cancellation reason if one was requested, the previous attempt's error
         if that attempt finished but its outcome is still unrecorded -- see ``record_outcome`` --, and
         whether the job is a suspect: its previous attempt never finished, so this one must run
         exclusively in its process, see ``mark_exclusive``)."""
         row = row_of(conn.execute(self.q["start_attempt"], {"id": job.id, "attempts": job.attempts, "worker": worker,
-                                                            "backend_pid": lease_pid, "exclusive": exclusive}))
+                                                            "backend_pid": lease_pid, "exclusive": exclusive,
+                                                            "batch": batch}))
         return int(row[0]), row[1], row[2], bool(row[3])
 
     def mark_exclusive(self, conn: psycopg.Connection[Any], job_id: int, attempt: int) -> None:

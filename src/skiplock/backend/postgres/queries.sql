@@ -79,18 +79,26 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
 -- running: %(exclusive)s, a one-slot worker; or a suspect's run, see `mark_exclusive`); otherwise it
 -- is not counted (its number is used again) -- whichever job killed its process, it need not have
 -- been this one. Either way the job is a `suspect`: this attempt runs exclusively in its process, so
--- a crash during it is charged. So a job that kills its worker every time runs at most
--- max_attempts + 1 times, and a job never pays for a crash it shared with other jobs.
-WITH a AS (
-INSERT INTO {schema}.job_attempts AS a (job_id, started, worker, backend_pid, exclusive)
-VALUES (%(id)s, %(attempts)s + 1, %(worker)s, %(backend_pid)s, %(exclusive)s)
+-- a crash during it is charged. A job listed by the row of a batch that never committed (see
+-- `start_batch`; any row but %(batch)s, the live batch it may be running in) is a suspect too, and
+-- is taken off those rows: from now on its attempts are counted here. So a job that kills its worker
+-- every time runs at most max_attempts + 1 times, and a job never pays for a crash it shared with
+-- other jobs.
+WITH dead AS (
+UPDATE {schema}.job_batches SET ids = array_remove(ids, %(id)s::bigint)
+ WHERE ids @> ARRAY[%(id)s::bigint] AND id IS DISTINCT FROM %(batch)s::bigint
+RETURNING id),
+a AS (
+INSERT INTO {schema}.job_attempts AS a (job_id, started, worker, backend_pid, exclusive, suspect)
+VALUES (%(id)s, %(attempts)s + 1, %(worker)s, %(backend_pid)s, %(exclusive)s, EXISTS (SELECT FROM dead))
 ON CONFLICT (job_id) DO UPDATE
    SET started = CASE WHEN a.started > EXCLUDED.started - 1 AND NOT a.exclusive
                            AND (a.pending_errors -> -1 ->> 'attempt') IS DISTINCT FROM a.started::text
                       THEN a.started  -- unfinished, shared its process: not charged
                       ELSE greatest(a.started, EXCLUDED.started - 1) + 1 END,
-       suspect = a.started > EXCLUDED.started - 1
-                 AND (a.pending_errors -> -1 ->> 'attempt') IS DISTINCT FROM a.started::text,
+       suspect = EXCLUDED.suspect
+                 OR (a.started > EXCLUDED.started - 1
+                     AND (a.pending_errors -> -1 ->> 'attempt') IS DISTINCT FROM a.started::text),
        exclusive = EXCLUDED.exclusive,
        worker = EXCLUDED.worker, backend_pid = EXCLUDED.backend_pid, started_at = now()
 RETURNING a.started, a.suspect,
@@ -125,6 +133,7 @@ SELECT (SELECT id FROM mark),
 -- name: forget_dead_batches
 -- A suspect about to run alone (its attempt counted in job_attempts from now on): the rows of dead
 -- batches no longer need to name it. The row of the batch it runs in (%(batch)s) keeps it.
+-- (`start_attempt` does the same in its own statement; this one is kept for the backend seam.)
 UPDATE {schema}.job_batches SET ids = array_remove(ids, %(id)s::bigint)
  WHERE ids @> ARRAY[%(id)s::bigint] AND id <> %(batch)s;
 
