@@ -188,3 +188,25 @@ def test_the_error_mapping_calls_only_a_gone_session_lost(dsn, db):
     assert {k: connection_lost(e) for k, e in errors.items()} == {
         "serialization": False, "deadlock": False, "terminated": True, "idle": True}, \
         {k: (type(e).__name__, getattr(e, "sqlstate", None)) for k, e in errors.items()}
+
+
+@pytest.mark.parametrize("lease", ["transaction", "claimed"])
+def test_an_error_at_commit_is_a_recorded_failed_attempt(app, db, lease):
+    """The server refuses the job's COMMIT on a live session (here a deferred foreign key the handler's
+    write broke): the attempt is a failure with that error, recorded and retried, then failed."""
+    db.execute("CREATE TABLE parents (id int PRIMARY KEY)")
+    db.execute("CREATE TABLE children (parent int REFERENCES parents DEFERRABLE INITIALLY DEFERRED)")
+
+    @app.task(name="orphan", lease=lease, max_attempts=2, retry=0)
+    def orphan(job):
+        job.conn.execute("INSERT INTO children VALUES (42)")  # checked only at COMMIT
+
+    job_id = app.enqueue("orphan")
+    stats = app.worker(concurrency=1, handle_signals=False, poll_interval=0.02).run(stop_when_empty=True)
+    job = app.get_job(job_id)
+    assert (job.state, job.attempts) == ("failed", 2), job
+    assert job.last_error.startswith("ForeignKeyViolation"), job.last_error
+    assert [(e["attempt"], e["error"].split(":")[0]) for e in job.errors] == [(1, "ForeignKeyViolation"),
+                                                                             (2, "ForeignKeyViolation")]
+    assert stats.reconnects == 0, stats
+    assert db.execute("SELECT count(*) FROM children").fetchone()[0] == 0

@@ -184,9 +184,9 @@ class Executor:
                     break
         if len(batch) > 1:
             return self._run_many(conn, batch, slot, budget, stopping)
-        outcome = self.run(conn, batch[0], slot, savepoint_taken=True)
+        outcome = self.run(conn, batch[0], slot, savepoint_taken=True, commit=True)
         if not conn.closed:
-            conn.commit()
+            conn.commit()  # the paths that wrote without running a handler (nothing to do if committed)
         return BatchRun([outcome], alone=alone)
 
     def _run_many(self, conn: psycopg.Connection[Any], batch: list[ClaimedJob], slot: str, budget: float,
@@ -265,9 +265,9 @@ class Executor:
         return BatchRun(outcomes, out_of_time, seconds_per_job)
 
     def run(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, slot: str, savepoint_taken: bool = False,
-            batch: int | None = None) -> Outcome:
-        """Run one job and write its outcome in the lease transaction (not committed here), its
-        attempt counted first on the bookkeeping connection.
+            batch: int | None = None, commit: bool = False) -> Outcome:
+        """Run one job and write its outcome in the lease transaction, its attempt counted first on
+        the bookkeeping connection; with ``commit``, a handler's run is committed here (see ``_commit``).
         ``savepoint_taken``: a SAVEPOINT no job has used yet was already sent (with the claim).
         ``batch``: the job is a suspect running alone in that batch's transaction."""
         started_at = claimed.claimed_at  # the database's clock, like finished_at
@@ -301,11 +301,11 @@ class Executor:
                      claimed.id, attempt)
             with self.gate.exclusive():
                 self._bookkeeping(lambda c: backend.mark_exclusive(c, claimed.id, attempt))
-                return self._run_counted(conn, claimed, task, attempt, slot, savepoint_taken)
-        return self._run_counted(conn, claimed, task, attempt, slot, savepoint_taken)
+                return self._run_counted(conn, claimed, task, attempt, slot, savepoint_taken, commit)
+        return self._run_counted(conn, claimed, task, attempt, slot, savepoint_taken, commit)
 
     def _run_counted(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, task: "Task", attempt: int, slot: str,
-                     savepoint_taken: bool) -> Outcome:
+                     savepoint_taken: bool, commit: bool) -> Outcome:
         """The handler of a counted attempt, and its outcome written in the lease transaction."""
         backend = self.backend
         started_at = claimed.claimed_at
@@ -318,7 +318,28 @@ class Executor:
                   max_attempts=claimed.max_attempts, run_at=claimed.run_at, created_at=claimed.created_at,
                   started_at=started_at, worker=slot, _conn=conn)
         outcome = self._still_leased(conn, task, attempt, claimed, self._handle(task, job, claimed, attempt, conn))
-        return self._write(conn, claimed, attempt, outcome, started_at, slot, True)
+        outcome = self._write(conn, claimed, attempt, outcome, started_at, slot, True)
+        if commit and not conn.closed:
+            return self._commit(conn, claimed, task, attempt, outcome, started_at, slot)
+        return outcome
+
+    def _commit(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, task: "Task", attempt: int,
+                outcome: Outcome, started_at: datetime, slot: str) -> Outcome:
+        """COMMIT the lease. If the server refuses it on a live session (a deferred constraint the
+        handler's writes broke, say), the transaction -- the job's ``done`` and the handler's writes --
+        is rolled back, and that error is this attempt's failure, recorded from a fresh transaction
+        and retried like any other (never taken for a lost connection)."""
+        try:
+            conn.commit()
+            return outcome
+        except psycopg.Error as exc:
+            if connection_lost(exc) or not isinstance(outcome, Done):
+                raise
+            refused: psycopg.Error = exc
+        log.warning("job %s (%s) attempt %s/%s: its COMMIT was refused: %s: %s", claimed.id, claimed.task, attempt,
+                    claimed.max_attempts, type(refused).__qualname__, refused)
+        failure = decide_failure(task, attempt, claimed.max_attempts, format_error(refused), refused)
+        return self._write(conn, claimed, attempt, failure, started_at, slot, False)
 
     @staticmethod
     def _still_leased(conn: psycopg.Connection[Any], task: "Task", attempt: int, claimed: ClaimedJob,
@@ -387,6 +408,7 @@ class Executor:
         handler_wrote = gone or conn.info.transaction_status != TransactionStatus.IDLE
         if isinstance(outcome, Done):
             lost: BaseException | None = None
+            refused: psycopg.Error | None = None
             if not gone:
                 try:
                     if backend.complete(conn, claimed, attempt, outcome.result, started_at, slot, owner):
@@ -394,17 +416,23 @@ class Executor:
                         return outcome
                     conn.rollback()  # refused: the handler's writes go with it
                     return self._lost(claimed, outcome)
-                except CONNECTION_LOST as exc:
-                    if not session_gone(exc):
-                        raise
-                    lost = exc
-            if not handler_wrote:
+                except psycopg.Error as exc:
+                    if connection_lost(exc):
+                        lost = exc
+                    else:  # the server refused the write or its COMMIT (a deferred constraint, say)
+                        refused = exc
+            if refused is not None:
+                log.warning("job %s (%s) attempt %s/%s: its completion was refused: %s: %s", claimed.id,
+                            claimed.task, attempt, claimed.max_attempts, type(refused).__qualname__, refused)
+                outcome = decide_failure(task, attempt, claimed.max_attempts, format_error(refused), refused)
+            elif not handler_wrote:
                 if backend.complete(None, claimed, attempt, outcome.result, started_at, slot, owner):
                     return outcome
                 return self._lost(claimed, outcome)
-            error = ("the connection was lost before the job's completion committed; the handler's writes through "
-                     f"job.conn were lost with it ({lost if lost is not None else 'the session was already gone'})")
-            outcome = decide_failure(task, attempt, claimed.max_attempts, error, lost)
+            else:
+                error = ("the connection was lost before the job's completion committed; the handler's writes "
+                         f"through job.conn were lost with it ({lost if lost is not None else 'the session was gone'})")
+                outcome = decide_failure(task, attempt, claimed.max_attempts, error, lost)
         state, delay, error_text, uncount = _row_for(outcome)
         if uncount:
             attempt -= 1
