@@ -29,7 +29,7 @@ def claim(app, conn, limit: int = 1) -> list[ClaimedJob]:
 def start_attempt(app, job: ClaimedJob) -> tuple[int, str | None, str | None]:
     book = app.backend.connect_bookkeeping()
     try:
-        return app.backend.start_attempt(book, job, "w", None)
+        return app.backend.start_attempt(book, job, "w", None, exclusive=True)[:3]
     finally:
         book.close()
 

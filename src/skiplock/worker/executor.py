@@ -13,7 +13,10 @@ Guarantees (transaction lease):
   exited yet, or another worker claimed the job again), the error is kept in job_attempts, outside
   every lease, and the job's next finishing write that commits records it.
 - Every attempt is counted on a separate autocommit connection before the handler starts, so a
-  handler that kills its worker process still uses up an attempt and ends ``failed``.
+  handler that kills its worker process still uses up an attempt and ends ``failed``. An attempt that
+  never finished is charged only if it ran alone in its process (see ``gate.py``): when a process
+  with several slots dies, the jobs in flight in it are not charged; each runs its next attempt
+  alone in its process, where a crash is its own.
 - Every outcome is storable or reported truthfully: a result that jsonb cannot hold (NUL, a lone
   surrogate, NaN, not JSON, too large) fails the attempt with an error saying so (``ResultNotStorable``),
   before any write; error texts are made storable (``storable_text``) before they are written; a
@@ -43,10 +46,11 @@ from psycopg.pq import TransactionStatus
 
 from ..app import to_json
 from ..backend.base import ClaimedJob
-from ..backend.postgres.backend import CONNECTION_LOST
+from ..backend.postgres.backend import CONNECTION_LOST, connection_lost, session_gone
 from ..job import (Cancel, Cancelled, Done, Failed, Job, JobState, LeaseLost, Outcome, Retry, RetryLater, Snooze,
                    Snoozed)
 from ..retry import check_delay
+from .gate import RunGate
 
 if TYPE_CHECKING:
     from ..app import App, Task
@@ -140,8 +144,11 @@ class Executor:
     """Executes claimed jobs for one worker; shared by its slots (it holds no per-job state)."""
 
     def __init__(self, app: "App", worker_name: str, heartbeat: "Heartbeat | None" = None,
-                 fast_seconds: float = 0.005):
+                 fast_seconds: float = 0.005, slots: int = 1):
         self.app = app
+        # With one slot every attempt runs alone in its process: one that never finishes is charged.
+        self.alone_in_process = slots == 1
+        self.gate = RunGate()
         self.fast_seconds = fast_seconds
         self._seconds: dict[str, float] = {}  # per task: moving average of its handler's run time
         self.heartbeat = heartbeat
@@ -165,7 +172,9 @@ class Executor:
                 self._local.attempts_conn = conn
             try:
                 return op(conn)
-            except CONNECTION_LOST:
+            except CONNECTION_LOST as exc:
+                if not session_gone(exc):
+                    raise  # an error of a live session (a deadlock, say): the connection is fine
                 conn.close()
                 conn = None
                 if retry:
@@ -198,7 +207,13 @@ class Executor:
         """Run the jobs one claim locked, in that claim's transaction, and COMMIT. Returns the
         outcomes that are durable. The claim already sent a SAVEPOINT (same round trip). A job that
         must run alone (see ``alone``) runs alone: first, or not in this transaction (the jobs not
-        started are released untouched by the COMMIT)."""
+        started are released untouched by the COMMIT). Its handlers hold the process's run gate
+        shared (a suspect's run takes it exclusive, see ``run``)."""
+        with self.gate.shared():
+            return self._run_batch(conn, batch, slot, budget, stopping)
+
+    def _run_batch(self, conn: psycopg.Connection[Any], batch: list[ClaimedJob], slot: str, budget: float,
+                   stopping: threading.Event) -> BatchRun:
         alone = self.alone(batch[0].task)
         if alone:
             task = self.app.tasks[batch[0].task]
@@ -212,9 +227,9 @@ class Executor:
                     break
         if len(batch) > 1:
             return self._run_many(conn, batch, slot, budget, stopping)
-        outcome = self.run(conn, batch[0], slot, savepoint_taken=True)
+        outcome = self.run(conn, batch[0], slot, savepoint_taken=True, commit=True)
         if not conn.closed:
-            conn.commit()
+            conn.commit()  # the paths that wrote without running a handler (nothing to do if committed)
         return BatchRun([outcome], alone=alone)
 
     def _run_many(self, conn: psycopg.Connection[Any], batch: list[ClaimedJob], slot: str, budget: float,
@@ -293,20 +308,16 @@ class Executor:
         return BatchRun(outcomes, out_of_time, seconds_per_job)
 
     def run(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, slot: str, savepoint_taken: bool = False,
-            batch: int | None = None) -> Outcome:
-        """Run one job and write its outcome in the lease transaction (not committed here), its
-        attempt counted first on the bookkeeping connection.
+            batch: int | None = None, commit: bool = False) -> Outcome:
+        """Run one job and write its outcome in the lease transaction, its attempt counted first on
+        the bookkeeping connection; with ``commit``, a handler's run is committed here (see ``_commit``).
         ``savepoint_taken``: a SAVEPOINT no job has used yet was already sent (with the claim).
         ``batch``: the job is a suspect running alone in that batch's transaction."""
         started_at = claimed.claimed_at  # the database's clock, like finished_at
         backend = self.backend
 
-        def start(c: psycopg.Connection[Any]) -> tuple[int, str | None, str | None]:
-            if batch is not None:
-                backend.forget_dead_batches(c, claimed.id, batch)
-            return backend.start_attempt(c, claimed, slot, conn.info.backend_pid)
-
-        attempt, cancel_reason, unrecorded = self._bookkeeping(start)
+        attempt, cancel_reason, unrecorded, suspect = self._bookkeeping(
+            lambda c: backend.start_attempt(c, claimed, slot, conn.info.backend_pid, self.alone_in_process, batch))
         if cancel_reason is not None:
             return self._write(conn, claimed, attempt - 1, Cancelled(cancel_reason), started_at, slot, False)
         if attempt > claimed.max_attempts:
@@ -326,6 +337,21 @@ class Executor:
                      f"(registered: {known}). The job is kept as failed.")
             return self._write(conn, claimed, attempt, Failed(error), started_at, slot, False)
 
+        if suspect and not self.alone_in_process:
+            # Its last attempt (or its batch) never finished: this one runs alone in the process, and is
+            # charged if it never finishes either (see gate.py).
+            log.info("job %s: its previous run never finished; attempt %s runs alone in this process",
+                     claimed.id, attempt)
+            with self.gate.exclusive():
+                self._bookkeeping(lambda c: backend.mark_exclusive(c, claimed.id, attempt))
+                return self._run_counted(conn, claimed, task, attempt, slot, savepoint_taken, commit)
+        return self._run_counted(conn, claimed, task, attempt, slot, savepoint_taken, commit)
+
+    def _run_counted(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, task: "Task", attempt: int, slot: str,
+                     savepoint_taken: bool, commit: bool) -> Outcome:
+        """The handler of a counted attempt, and its outcome written in the lease transaction."""
+        backend = self.backend
+        started_at = claimed.claimed_at
         if not savepoint_taken:
             backend.savepoint(conn)
         if task.timeout is not None:
@@ -335,7 +361,28 @@ class Executor:
                   max_attempts=claimed.max_attempts, run_at=claimed.run_at, created_at=claimed.created_at,
                   started_at=started_at, worker=slot, _conn=conn)
         outcome = self._still_leased(conn, task, attempt, claimed, self._handle(task, job, claimed, attempt, conn))
-        return self._write(conn, claimed, attempt, outcome, started_at, slot, True)
+        outcome = self._write(conn, claimed, attempt, outcome, started_at, slot, True)
+        if commit and not conn.closed:
+            return self._commit(conn, claimed, task, attempt, outcome, started_at, slot)
+        return outcome
+
+    def _commit(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, task: "Task", attempt: int,
+                outcome: Outcome, started_at: datetime, slot: str) -> Outcome:
+        """COMMIT the lease. If the server refuses it on a live session (a deferred constraint the
+        handler's writes broke, say), the transaction -- the job's ``done`` and the handler's writes --
+        is rolled back, and that error is this attempt's failure, recorded from a fresh transaction
+        and retried like any other (never taken for a lost connection)."""
+        try:
+            conn.commit()
+            return outcome
+        except psycopg.Error as exc:
+            if connection_lost(exc) or not isinstance(outcome, Done):
+                raise
+            refused: psycopg.Error = exc
+        log.warning("job %s (%s) attempt %s/%s: its COMMIT was refused: %s: %s", claimed.id, claimed.task, attempt,
+                    claimed.max_attempts, type(refused).__qualname__, refused)
+        failure = decide_failure(task, attempt, claimed.max_attempts, format_error(refused), refused)
+        return self._write(conn, claimed, attempt, failure, started_at, slot, False)
 
     @staticmethod
     def _still_leased(conn: psycopg.Connection[Any], task: "Task", attempt: int, claimed: ClaimedJob,
@@ -352,17 +399,26 @@ class Executor:
         """Claimed lease: mark the job running with our owner token and a lease, COMMIT (the attempt
         is now durable and the row lock released), run the handler while the heartbeat renews the
         lease, then finish with a write fenced on state and owner. The handler's writes through
-        ``job.conn`` commit with that fenced write, so they vanish too if the lease was lost."""
+        ``job.conn`` commit with that fenced write, so they vanish too if the lease was lost. A job
+        claimed with no attempt left (nothing re-queues one, but a row may say so) is failed, not run."""
         backend = self.backend
+        started_at = claimed.claimed_at
+        if claimed.attempts >= claimed.max_attempts:
+            error = (f"gave up: {claimed.attempts} attempt(s) used of max_attempts {claimed.max_attempts}; "
+                     "the job is not run again")
+            outcome = self._write(conn, claimed, claimed.attempts, Failed(error), started_at, slot, False)
+            if not conn.closed:
+                conn.commit()
+            return outcome
         owner = uuid.uuid4()
         started = backend.start_claimed(conn, claimed, owner, task.lease_seconds, slot)
         conn.commit()
         if started is None:  # not queued any more (cannot happen while we held its lock)
             return LeaseLost(Failed("not queued when claimed"))
         attempt, cancel_reason = started
-        started_at = claimed.claimed_at
         if cancel_reason is not None:
-            return self._finish_claimed(conn, claimed, attempt - 1, Cancelled(cancel_reason), started_at, slot, owner)
+            return self._finish_claimed(conn, claimed, attempt - 1, Cancelled(cancel_reason), started_at, slot, owner,
+                                        task)
         if self.heartbeat is not None:
             self.heartbeat.hold(claimed.id, owner, task.lease_seconds)
         job = Job(id=claimed.id, queue=claimed.queue, task=claimed.task, args=claimed.args,
@@ -374,35 +430,70 @@ class Executor:
         finally:
             if self.heartbeat is not None:
                 self.heartbeat.release(claimed.id)
-        return self._finish_claimed(conn, claimed, attempt, outcome, started_at, slot, owner)
+        return self._finish_claimed(conn, claimed, attempt, outcome, started_at, slot, owner, task)
 
     def _finish_claimed(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, attempt: int, outcome: Outcome,
-                        started_at: datetime, slot: str, owner: uuid.UUID) -> Outcome:
+                        started_at: datetime, slot: str, owner: uuid.UUID, task: "Task") -> Outcome:
+        """The fenced finishing write (state ``running`` and our owner), on the slot's connection while
+        its session lives. The server may have ended that session while the handler ran (it sat idle:
+        ``idle_session_timeout``, a terminate, a restart); then the write still happens, on a fresh
+        connection and fenced the same way, so the job always converges:
+
+        - ``Done`` and the handler left nothing uncommitted on ``job.conn`` (no transaction open):
+          completed from the fresh connection; it ran once and is done once.
+        - ``Done`` but the handler had written through ``job.conn``: those writes died with the
+          session, so the job is not done. The attempt is a failure like any other, counted: retried
+          by the task's policy, or ``failed`` after ``max_attempts``.
+        - any other outcome: written as decided.
+        """
         backend = self.backend
-        if isinstance(outcome, Done) and not conn.closed and not conn.broken:
-            try:
-                if backend.complete(conn, claimed, attempt, outcome.result, started_at, slot, owner):
-                    conn.commit()
+        gone = conn.closed or conn.broken
+        handler_wrote = gone or conn.info.transaction_status != TransactionStatus.IDLE
+        if isinstance(outcome, Done):
+            lost: BaseException | None = None
+            refused: psycopg.Error | None = None
+            if not gone:
+                try:
+                    if backend.complete(conn, claimed, attempt, outcome.result, started_at, slot, owner):
+                        conn.commit()
+                        return outcome
+                    conn.rollback()  # refused: the handler's writes go with it
+                    return self._lost(claimed, outcome)
+                except psycopg.Error as exc:
+                    if connection_lost(exc):
+                        lost = exc
+                    else:  # the server refused the write or its COMMIT (a deferred constraint, say)
+                        refused = exc
+            if refused is not None:
+                log.warning("job %s (%s) attempt %s/%s: its completion was refused: %s: %s", claimed.id,
+                            claimed.task, attempt, claimed.max_attempts, type(refused).__qualname__, refused)
+                outcome = decide_failure(task, attempt, claimed.max_attempts, format_error(refused), refused)
+            elif not handler_wrote:
+                if backend.complete(None, claimed, attempt, outcome.result, started_at, slot, owner):
                     return outcome
-                conn.rollback()  # refused: the handler's writes go with it
                 return self._lost(claimed, outcome)
-            except CONNECTION_LOST:
-                outcome = RetryLater(0.0, "the connection was lost before the job's completion committed")
-        elif isinstance(outcome, Done):
-            outcome = RetryLater(0.0, "the connection was lost before the job's completion committed")
-        state, delay, error, uncount = _row_for(outcome)
+            else:
+                error = ("the connection was lost before the job's completion committed; the handler's writes "
+                         f"through job.conn were lost with it ({lost if lost is not None else 'the session was gone'})")
+                outcome = decide_failure(task, attempt, claimed.max_attempts, error, lost)
+        state, delay, error_text, uncount = _row_for(outcome)
         if uncount:
             attempt -= 1
-        broken = conn.closed or conn.broken
-        if not broken:
+        written: str | None = None
+        done = False
+        if not (conn.closed or conn.broken):
             try:
                 conn.rollback()
-            except psycopg.Error:
-                broken = True
-        written = backend.record_outcome(None if broken else conn, claimed, attempt, state=state, delay=delay,
-                                         error=error, started_at=started_at, worker=slot, uncount=False, owner=owner)
-        if not broken:
-            conn.commit()
+                written = backend.record_outcome(conn, claimed, attempt, state=state, delay=delay, error=error_text,
+                                                 started_at=started_at, worker=slot, uncount=False, owner=owner)
+                conn.commit()
+                done = True
+            except CONNECTION_LOST as exc:
+                if not session_gone(exc):
+                    raise
+        if not done:  # the session is gone: the same fenced write from a fresh connection
+            written = backend.record_outcome(None, claimed, attempt, state=state, delay=delay, error=error_text,
+                                             started_at=started_at, worker=slot, uncount=False, owner=owner)
         if written is None:
             return self._lost(claimed, outcome)
         return _as_written(outcome, written)
@@ -517,11 +608,10 @@ class Executor:
                 written = backend.record_outcome(conn, claimed, attempt, state=state, delay=delay, error=error,
                                                  started_at=started_at, worker=slot, uncount=uncount)
                 return _as_written(outcome, written)
-            except CONNECTION_LOST:
-                pass  # the connection died under us: record from a fresh one below
-            except psycopg.Error as db_exc:
-                log.warning("job %s: could not record its outcome in its transaction (%s); recording separately",
-                            claimed.id, db_exc)
+            except psycopg.Error as db_exc:  # recorded from a fresh transaction below
+                if not connection_lost(db_exc):
+                    log.warning("job %s: could not record its outcome in its transaction (%s); recording "
+                                "separately", claimed.id, db_exc)
         broken = conn.broken
         if not conn.closed:
             try:

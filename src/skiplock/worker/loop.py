@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import psycopg
 
-from ..backend.postgres.backend import CONNECTION_LOST
-from ..errors import DatabaseUnavailable
+from ..backend.postgres.backend import connection_lost
+from ..errors import ConfigurationError, DatabaseUnavailable
 from ..job import Cancelled, Done, Failed, LeaseLost, RetryLater, Snoozed
 from ..maintenance.periodic import Scheduler
 from ..maintenance.pruner import Pruner
@@ -45,6 +45,8 @@ log = logging.getLogger("skiplock.worker")
 # was 1.1 / 1.8 / 3.2 / 3.8 x the pgbench baseline. 32 keeps a batch within the 64 subtransaction
 # ids PostgreSQL caches per transaction even when every handler writes (one savepoint each).
 DEFAULT_BATCH_SIZE = 32
+# Connections a starting worker leaves free for everyone else (producers enqueueing, tools).
+CONNECTION_HEADROOM = 2
 
 
 @dataclass
@@ -221,6 +223,7 @@ class Worker:
     def run(self, stop_when_empty: bool = False) -> WorkerStats:
         """Run until stopped (or, with ``stop_when_empty``, until no job is available)."""
         self.app._ready()  # clear error now if the database or schema is not usable
+        self._check_connection_budget()
         self._stop_when_empty = stop_when_empty
         self._claim_tasks = None if self.fail_unknown_tasks else sorted(self.app.tasks)
         presence = Presence(self.app.backend, self.name, list(self.app.tasks), self.queues)
@@ -229,7 +232,8 @@ class Worker:
         self.recovery = Reconnects(self.app.backend.dsn, log, cap=self.max_reconnect_delay)
         claimed_leases = [t.lease_seconds for t in self.app.tasks.values() if t.lease == "claimed"]
         heartbeat = Heartbeat(self.app.backend, min(claimed_leases) / 3) if claimed_leases else None
-        executor = Executor(self.app, self.name, heartbeat, fast_seconds=self.batch_budget / 10)
+        executor = Executor(self.app, self.name, heartbeat, fast_seconds=self.batch_budget / 10,
+                            slots=self.concurrency)
         previous: dict[int, Any] = {}
         if self.handle_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -278,6 +282,28 @@ class Worker:
                 signal.signal(signum, handler)
         return self.stats
 
+    def _check_connection_budget(self) -> None:
+        """Refuse to start (ConfigurationError naming the numbers) a worker that would take more
+        connections than the server lets this role open on this database, less
+        ``CONNECTION_HEADROOM`` left for producers -- instead of taking every connection, retrying
+        for ever and leaving producers with "too many clients". Checked once, at start-up.
+
+        A worker opens, besides the App's pooled connection already open: per slot a lease
+        connection and an attempt-counting one, the LISTEN connection, and one more pooled
+        connection for maintenance and heartbeats."""
+        per_slot, fixed = 2, (1 if self.listen else 0) + 1
+        need = self.concurrency * per_slot + fixed
+        available, why = self.app.backend.connection_budget().available()
+        if need + CONNECTION_HEADROOM <= available:
+            return
+        fits = (available - CONNECTION_HEADROOM - fixed) // per_slot
+        advice = f"lower concurrency (--concurrency) to {fits} or raise the limit" if fits >= 1 else "raise the limit"
+        raise ConfigurationError(
+            f"not enough database connections for {self.concurrency} slot(s): the worker needs {need} "
+            f"({self.concurrency} x {per_slot} per slot: lease + attempt counting, + {fixed} for the listener and "
+            f"maintenance) and leaves {CONNECTION_HEADROOM} free for producers, but only {available} can be opened "
+            f"({why}); {advice}")
+
     def _take_batch_turn(self, index: int) -> bool:
         """Wait for a turn to claim a batch (see ``batch_slots``). False if the worker is stopping, or
         if a turn has been held for more than ``stuck_after`` seconds -- far longer than a batch of
@@ -300,6 +326,7 @@ class Worker:
                index: int) -> tuple[list[Any], bool]:
         """Claim the next job(s) in a new transaction on ``conn``. Returns them, and whether this slot
         now holds a batch turn (only while it has a batch of fast jobs to run; see ``batch_slots``)."""
+        executor.gate.wait_open(self._stopping)  # no claim while a suspect runs alone (see gate.py)
         limit = size.value
         turn = limit > 1 and size.instant
         if turn:
@@ -337,7 +364,8 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 try:
-                    if conn is not None and conn.closed:  # closed on purpose (a timed-out job)
+                    if conn is not None and (conn.closed or conn.broken):  # a timed-out job's, or found gone
+                        conn.close()
                         conn = None
                     if conn is None:
                         conn = backend.connect_lease(f"skiplock-worker {slot_name}")
@@ -375,11 +403,16 @@ class Worker:
                         conn.close()
                         conn = None
                     delay = backoff.next()
-                    if isinstance(exc, (*CONNECTION_LOST, DatabaseUnavailable)):
+                    if isinstance(exc, DatabaseUnavailable) or connection_lost(exc):
                         recovery.lost(f"slot {slot_name}", exc, delay, self._stopping)
+                        continue
+                    if isinstance(exc, psycopg.Error):  # the session is alive: a database error, not a lost link
+                        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                        log.warning("slot %s: database error %s (%s: %s); starting over in %.2fs", slot_name,
+                                    getattr(exc, "sqlstate", None), type(exc).__name__, reason, delay)
                     else:
                         log.exception("slot %s: unexpected error; reconnecting in %.2fs", slot_name, delay)
-                        self._stopping.wait(delay)
+                    self._stopping.wait(delay)
         finally:
             if conn is not None:
                 conn.close()

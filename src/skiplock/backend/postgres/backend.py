@@ -24,6 +24,7 @@ import time
 import uuid
 import weakref
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -65,7 +66,37 @@ def session_gone(exc: BaseException) -> bool:
     if isinstance(exc, (psycopg.errors.IdleInTransactionSessionTimeout, psycopg.errors.TransactionTimeout)):
         return True
     state = getattr(exc, "sqlstate", None)
-    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+    return state is None or state.startswith("08") or state in SESSION_ENDED
+
+
+# SQLSTATEs of a session the server ended: admin shutdown (pg_terminate_backend), crash shutdown,
+# cannot connect now, database dropped, idle_session_timeout.
+SESSION_ENDED = frozenset({"57P01", "57P02", "57P03", "57P04", "57P05"})
+
+
+# Every session skiplock opens runs its transactions at READ COMMITTED, whatever the database's or
+# role's default_transaction_isolation: the claim protocol (FOR UPDATE SKIP LOCKED, guarded writes
+# that re-check the row's state) relies on it; at REPEATABLE READ or SERIALIZABLE a claim or a
+# finishing write would fail with serialization errors wherever rows changed under the snapshot.
+READ_COMMITTED = r"-c default_transaction_isolation=read\ committed"
+
+
+def session_options(dsn: str, *settings: str) -> str:
+    """The ``options`` startup parameter for a skiplock session: the DSN's own options, then
+    READ COMMITTED and ``settings`` (later ones win)."""
+    try:
+        given = str(pg_conninfo.conninfo_to_dict(dsn).get("options") or "")
+    except psycopg.ProgrammingError:
+        given = ""
+    return " ".join(x for x in (given, READ_COMMITTED, *settings) if x)
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """True if ``exc`` means the connection's session is gone (reconnect, record elsewhere); False for
+    an error the server reported on a live session (a deadlock, a serialization failure, a cancelled
+    statement): that is an error of the statement, to record or retry, and the connection is usable
+    after a rollback."""
+    return isinstance(exc, CONNECTION_LOST) and session_gone(exc)
 
 
 def describe_dsn(dsn: str) -> str:
@@ -100,6 +131,35 @@ def connect(dsn: str, timeout: float | None = None, **kwargs: Any) -> psycopg.Co
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): "
                                   f"{redact(one_line(exc), dsn)}") from None
+
+
+@dataclass(frozen=True)
+class ConnectionBudget:
+    """What the server allows this role on this database now (see ``connection_budget`` in
+    queries.sql): each applicable limit with the sessions counted against it."""
+
+    max_connections: int
+    reserved: int  # superuser_reserved_connections + reserved_connections
+    in_use: int
+    role_limit: int  # -1: none (or a superuser)
+    role_in_use: int
+    db_limit: int
+    db_in_use: int
+    role: str
+    database: str
+
+    def available(self) -> tuple[int, str]:
+        """(sessions that can still be opened, the limit that decides it, in words)."""
+        limits = [(self.max_connections - self.reserved - self.in_use,
+                   f"server max_connections {self.max_connections} less {self.reserved} reserved, {self.in_use} in use")]
+        if self.role_limit >= 0:
+            limits.append((self.role_limit - self.role_in_use,
+                           f"role {self.role!r} CONNECTION LIMIT {self.role_limit}, {self.role_in_use} in use"))
+        if self.db_limit >= 0:
+            limits.append((self.db_limit - self.db_in_use,
+                           f"database {self.database!r} CONNECTION LIMIT {self.db_limit}, {self.db_in_use} in use"))
+        free, why = min(limits)
+        return max(0, free), why
 
 
 # A keyed batch whose holders keep finishing between its insert and its lookup is tried this many
@@ -228,7 +288,7 @@ class PostgresBackend:
                         min_size=1,
                         max_size=self._pool_size,
                         kwargs={"autocommit": True, "application_name": "skiplock",
-                                **with_connect_timeout(self.dsn, self.connect_timeout)},
+                                "options": session_options(self.dsn), **with_connect_timeout(self.dsn, self.connect_timeout)},
                         open=False,
                         name="skiplock",
                         reconnect_timeout=60,
@@ -313,14 +373,10 @@ class PostgresBackend:
     def connect_lease(self, application_name: str = "skiplock-worker") -> psycopg.Connection[Any]:
         """A dedicated connection for one worker slot; its transactions are job leases."""
         ms = int(self.lease_timeout * 1000)
-        options = (
-            f"-c idle_in_transaction_session_timeout={ms} -c tcp_keepalives_idle=10 "
+        options = session_options(
+            self.dsn, f"-c idle_in_transaction_session_timeout={ms} -c tcp_keepalives_idle=10 "
             "-c tcp_keepalives_interval=5 -c tcp_keepalives_count=3 -c tcp_user_timeout=30000 "
-            "-c client_connection_check_interval=5000"
-        )
-        user_options = pg_conninfo.conninfo_to_dict(self.dsn).get("options")
-        if user_options:
-            options = f"{user_options} {options}"
+            "-c client_connection_check_interval=5000")
         conn = connect(self.dsn, self.connect_timeout, autocommit=False, application_name=application_name,
                        options=options, **CLIENT_TCP)
         if conn.info.server_version >= 170000:
@@ -332,7 +388,15 @@ class PostgresBackend:
         """An autocommit connection for attempt counting. ``synchronous_commit=off``: a count lost in
         a server crash costs at most one extra attempt, and it saves a WAL flush per job."""
         return connect(self.dsn, self.connect_timeout, autocommit=True, application_name="skiplock-attempts",
-                       options="-c synchronous_commit=off", **CLIENT_TCP)
+                       options=session_options(self.dsn, "-c synchronous_commit=off"), **CLIENT_TCP)
+
+    @property
+    def pool_size(self) -> int:
+        return self._pool_size
+
+    def connection_budget(self) -> ConnectionBudget:
+        with self._conn() as conn:
+            return ConnectionBudget(*row_of(conn.execute(self.q["connection_budget"])))
 
     def close(self) -> None:
         if self._pool is not None:
@@ -519,13 +583,24 @@ class PostgresBackend:
         return [ClaimedJob(*row) for row in cur.fetchall()]
 
     def start_attempt(self, conn: psycopg.Connection[Any], job: ClaimedJob, worker: str,
-                      lease_pid: int | None) -> tuple[int, str | None, str | None]:
+                      lease_pid: int | None, exclusive: bool = True,
+                      batch: int | None = None) -> tuple[int, str | None, str | None, bool]:
         """Count the attempt durably, outside the job's transaction (``conn`` from connect_bookkeeping).
+        ``exclusive``: no other handler can run in this process meanwhile (a one-slot worker), so this
+        attempt is charged if it never finishes; a worker with several slots passes False. ``batch``:
+        the live batch whose transaction the job runs in (its row keeps the job; the rows of dead
+        batches no longer list it).
         Returns (attempt number, cancellation reason if one was requested, the previous attempt's error
-        if that attempt finished but its outcome is still unrecorded -- see ``record_outcome``)."""
+        if that attempt finished but its outcome is still unrecorded -- see ``record_outcome`` --, and
+        whether the job is a suspect: its previous attempt never finished, so this one must run
+        exclusively in its process, see ``mark_exclusive``)."""
         row = row_of(conn.execute(self.q["start_attempt"], {"id": job.id, "attempts": job.attempts, "worker": worker,
-                                                            "backend_pid": lease_pid}))
-        return int(row[0]), row[1], row[2]
+                                                            "backend_pid": lease_pid, "exclusive": exclusive,
+                                                            "batch": batch}))
+        return int(row[0]), row[1], row[2], bool(row[3])
+
+    def mark_exclusive(self, conn: psycopg.Connection[Any], job_id: int, attempt: int) -> None:
+        conn.execute(self.q["mark_exclusive"], {"id": job_id, "attempt": attempt})
 
     def start_batch(self, conn: psycopg.Connection[Any], jobs: Sequence[ClaimedJob], worker: str,
                     lease_pid: int) -> tuple[int, set[int], dict[int, str]]:
@@ -569,13 +644,14 @@ class PostgresBackend:
         if conn.info.server_version >= 170000:
             conn.execute(self.q["set_local_transaction_timeout"], {"value": value})
 
-    def complete(self, conn: psycopg.Connection[Any], job: ClaimedJob, attempt: int, result_json: str | None,
+    def complete(self, conn: psycopg.Connection[Any] | None, job: ClaimedJob, attempt: int, result_json: str | None,
                  started_at: datetime, worker: str, owner: uuid.UUID | None = None) -> bool:
         """False if the job was not written done (a cancellation was requested, or -- claimed lease --
-        the lease is no longer ``owner``'s)."""
-        row = row_of(conn.execute(self.q["complete"], {"id": job.id, "attempt": attempt, "result": result_json,
-                                                       "started_at": started_at, "worker": worker, "owner": owner,
-                                                       "notice": self.notice(job.id)}))
+        the lease is no longer ``owner``'s). ``conn`` None (claimed lease only: the fence is the lease,
+        not a lock): a pooled connection, committed at once."""
+        row = self._one("complete", {"id": job.id, "attempt": attempt, "result": result_json,
+                                     "started_at": started_at, "worker": worker, "owner": owner,
+                                     "notice": self.notice(job.id)}, conn)
         return bool(row[0])
 
     def record_outcome(self, conn: psycopg.Connection[Any] | None, job: ClaimedJob, attempt: int, *, state: str,
@@ -696,7 +772,7 @@ class PostgresBackend:
     def connect_listener(self) -> psycopg.Connection[Any]:
         """An autocommit connection LISTENing on the fixed channel ``skiplock`` (never a user-named one)."""
         conn = connect(self.dsn, self.connect_timeout, autocommit=True, application_name="skiplock-listener",
-                       **CLIENT_TCP)
+                       options=session_options(self.dsn), **CLIENT_TCP)
         conn.execute(self.q["listen"])
         return conn
 

@@ -5,6 +5,23 @@
 -- name: schema_version
 SELECT max(version) FROM {schema}.schema_version;
 
+-- name: connection_budget
+-- How many more sessions the server would let this role open on this database, by each limit that
+-- applies: max_connections less the slots reserved for superusers and (PostgreSQL 16+) for
+-- pg_use_reserved_connections, the role's CONNECTION LIMIT and the database's (neither applies to a
+-- superuser; -1 is no limit), each less the client sessions counted against it now (this one included).
+SELECT current_setting('max_connections')::int,
+       current_setting('superuser_reserved_connections')::int
+         + coalesce(current_setting('reserved_connections', true)::int, 0),
+       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int,
+       CASE WHEN r.rolsuper THEN -1 ELSE r.rolconnlimit END,
+       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND usesysid = r.oid)::int,
+       CASE WHEN r.rolsuper THEN -1 ELSE d.datconnlimit END,
+       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND datid = d.oid)::int,
+       current_user, current_database()
+  FROM pg_roles r, pg_database d
+ WHERE r.rolname = current_user AND d.datname = current_database();
+
 -- name: claim
 -- The seed's claim, at READ COMMITTED, inside the job's transaction: the first available row in
 -- (priority, id) order that no other transaction has locked. SKIP LOCKED skips row locks held by
@@ -95,16 +112,44 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
 -- Also says whether a cancellation was requested (then the handler is not run), and the error of the
 -- previous attempt if that attempt finished but its outcome could not be written (still pending: see
 -- `record_outcome`) -- if that was the job's last attempt, the job fails with that error.
-WITH a AS (
-INSERT INTO {schema}.job_attempts AS a (job_id, started, worker, backend_pid)
-VALUES (%(id)s, %(attempts)s + 1, %(worker)s, %(backend_pid)s)
+-- The previous attempt never finished if job_attempts counts one more than the job's row
+-- (%(attempts)s) and holds no pending error for it: its session died (a killed process, a lost
+-- connection). That attempt is charged only if it ran `exclusive` (no other handler of its process
+-- running: %(exclusive)s, a one-slot worker; or a suspect's run, see `mark_exclusive`); otherwise it
+-- is not counted (its number is used again) -- whichever job killed its process, it need not have
+-- been this one. Either way the job is a `suspect`: this attempt runs exclusively in its process, so
+-- a crash during it is charged. A job listed by the row of a batch that never committed (see
+-- `start_batch`; any row but %(batch)s, the live batch it may be running in) is a suspect too, and
+-- is taken off those rows: from now on its attempts are counted here. So a job that kills its worker
+-- every time runs at most max_attempts + 1 times, and a job never pays for a crash it shared with
+-- other jobs.
+WITH dead AS (
+UPDATE {schema}.job_batches SET ids = array_remove(ids, %(id)s::bigint)
+ WHERE ids @> ARRAY[%(id)s::bigint] AND id IS DISTINCT FROM %(batch)s::bigint
+RETURNING id),
+a AS (
+INSERT INTO {schema}.job_attempts AS a (job_id, started, worker, backend_pid, exclusive, suspect)
+VALUES (%(id)s, %(attempts)s + 1, %(worker)s, %(backend_pid)s, %(exclusive)s, EXISTS (SELECT FROM dead))
 ON CONFLICT (job_id) DO UPDATE
-   SET started = greatest(a.started, EXCLUDED.started - 1) + 1,
+   SET started = CASE WHEN a.started > EXCLUDED.started - 1 AND NOT a.exclusive
+                           AND (a.pending_errors -> -1 ->> 'attempt') IS DISTINCT FROM a.started::text
+                      THEN a.started  -- unfinished, shared its process: not charged
+                      ELSE greatest(a.started, EXCLUDED.started - 1) + 1 END,
+       suspect = EXCLUDED.suspect
+                 OR (a.started > EXCLUDED.started - 1
+                     AND (a.pending_errors -> -1 ->> 'attempt') IS DISTINCT FROM a.started::text),
+       exclusive = EXCLUDED.exclusive,
        worker = EXCLUDED.worker, backend_pid = EXCLUDED.backend_pid, started_at = now()
-RETURNING a.started,
+RETURNING a.started, a.suspect,
           CASE WHEN (a.pending_errors -> -1 ->> 'attempt')::int = a.started - 1
                THEN a.pending_errors -> -1 ->> 'error' END AS unrecorded)
-SELECT a.started, (SELECT reason FROM {schema}.job_cancellations WHERE job_id = %(id)s), a.unrecorded FROM a;
+SELECT a.started, (SELECT reason FROM {schema}.job_cancellations WHERE job_id = %(id)s), a.unrecorded, a.suspect
+  FROM a;
+
+-- name: mark_exclusive
+-- A suspect's attempt (see `start_attempt`) now runs exclusively in its process: if it never
+-- finishes, it is charged.
+UPDATE {schema}.job_attempts SET exclusive = true WHERE job_id = %(id)s AND started = %(attempt)s;
 
 -- name: start_batch
 -- Run on the slot's autocommit bookkeeping connection before the first handler of a batch (several
@@ -127,6 +172,7 @@ SELECT (SELECT id FROM mark),
 -- name: forget_dead_batches
 -- A suspect about to run alone (its attempt counted in job_attempts from now on): the rows of dead
 -- batches no longer need to name it. The row of the batch it runs in (%(batch)s) keeps it.
+-- (`start_attempt` does the same in its own statement; this one is kept for the backend seam.)
 UPDATE {schema}.job_batches SET ids = array_remove(ids, %(id)s::bigint)
  WHERE ids @> ARRAY[%(id)s::bigint] AND id <> %(batch)s;
 
