@@ -20,6 +20,12 @@ def _lease_sessions_busy(db, w) -> int:
                   [f"skiplock-worker {w.slot_pattern}"])
 
 
+def _active_sessions(db) -> str:
+    rows = db.execute("SELECT application_name, wait_event_type, wait_event, left(query, 200) FROM pg_stat_activity "
+                      "WHERE state = 'active' AND pid <> pg_backend_pid()").fetchall()
+    return "active sessions:\n" + "\n".join(map(repr, rows))
+
+
 def _freeze_with_jobs_in_flight(db, victim, timeout: float = 60) -> dict[int, str]:
     """SIGSTOP ``victim`` at a moment it has job(s) in flight and return them (see ``in_flight``).
 
@@ -32,10 +38,10 @@ def _freeze_with_jobs_in_flight(db, victim, timeout: float = 60) -> dict[int, st
         if in_flight(db, victim):
             victim.signal(signal.SIGSTOP)
             wait_for(lambda: _lease_sessions_busy(db, victim) == 0, 10, "the stopped worker's sessions to go idle",
-                     interval=0.01)
+                     interval=0.01, on_timeout=lambda: _active_sessions(db))
             time.sleep(0.05)  # let any message already in a socket buffer be processed, then re-check
             wait_for(lambda: _lease_sessions_busy(db, victim) == 0, 10, "the stopped worker's sessions to go idle",
-                     interval=0.01)
+                     interval=0.01, on_timeout=lambda: _active_sessions(db))
             jobs = in_flight(db, victim)
             if jobs:
                 return jobs

@@ -28,12 +28,15 @@ def role_dsn(dsn, db, pg_admin_dsn):
     connections, allowed to use the skiplock schema of the test database."""
     role = f"skiplock_budget_{uuid.uuid4().hex[:8]}"
     ident = sql.Identifier(role)
-    db.execute(sql.SQL("CREATE ROLE {} LOGIN CONNECTION LIMIT {}").format(ident, sql.Literal(LIMIT)))
+    password = uuid.uuid4().hex  # the server checks passwords on every connection
+    db.execute(sql.SQL("CREATE ROLE {} LOGIN CONNECTION LIMIT {} PASSWORD {}").format(
+        ident, sql.Literal(LIMIT), sql.Literal(password)))
     for grant in ("GRANT USAGE ON SCHEMA skiplock TO {}", "GRANT ALL ON ALL TABLES IN SCHEMA skiplock TO {}",
                   "GRANT ALL ON ALL SEQUENCES IN SCHEMA skiplock TO {}",
                   ):
         db.execute(sql.SQL(grant).format(ident))
-    yield conninfo.make_conninfo(dsn, user=role)
+    parts = {k: v for k, v in conninfo.conninfo_to_dict(dsn).items() if k != "passfile"}
+    yield conninfo.make_conninfo(**{**parts, "user": role, "password": password})
     db.execute("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE usename = %s", [role])
     db.execute(sql.SQL("DROP OWNED BY {}").format(ident))
     db.execute(sql.SQL("DROP ROLE {}").format(ident))
