@@ -603,6 +603,9 @@ class App:
                 state = JobState(state).value
             except ValueError:
                 raise InvalidJob(f"unknown state {state!r}; one of {', '.join(s.value for s in JobState)}") from None
+        check_text("queue", queue, MAX_QUEUE_CHARS, optional=True)  # a filter no job can match is a mistake
+        check_text("task", task, MAX_TASK_CHARS, optional=True)
+        _check_int("limit", limit, 1, 100_000)
         return [self._job(r) for r in self._ready().list_jobs(state=state, queue=queue, task=task, limit=limit)]
 
     def counts(self) -> list[tuple[str, str, int]]:
@@ -632,6 +635,7 @@ class App:
         its state (returned). If the running handler does not let go within ``wait`` seconds, the
         request stays recorded and the job ends cancelled as soon as it does; a finishing ``done``
         write never overwrites a cancellation."""
+        check_text("reason", reason, 10_000)
         backend = self._ready()
         state = backend.request_cancel(job_id, reason)
         if state is None:

@@ -33,6 +33,7 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 
 from .errors import SkiplockError
+from .backend.postgres.queries import identifier_text
 
 DEFAULT_TABLE = "skiplock_dedup"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -56,7 +57,9 @@ class DedupError(SkiplockError, ValueError):
 def _table(table: str, schema: str | None) -> sql.Composable:
     if not isinstance(table, str) or not table:
         raise DedupError(f"table must be a non-empty name, got {table!r}")
-    return sql.Identifier(schema, table) if schema else sql.Identifier(table)
+    # Text without "%" (a "%" in a quoted name would be read as a placeholder by the parameterised
+    # statements): see backend.postgres.queries.identifier_text.
+    return sql.SQL(identifier_text(schema, table) if schema else identifier_text(table))
 
 
 def _check(name: str, value: Any) -> str:
@@ -70,7 +73,7 @@ def install(conn: Any, *, table: str = DEFAULT_TABLE, schema: str | None = None)
     """Create the dedup table (and its age index) if it does not exist. Idempotent."""
     target = _table(table, schema)
     conn.execute(_CREATE.format(table=target))
-    conn.execute(_CREATE_INDEX.format(index=sql.Identifier(f"{table}_seen_at_idx"), table=target))
+    conn.execute(_CREATE_INDEX.format(index=sql.SQL(identifier_text(f"{table}_seen_at_idx")), table=target))
 
 
 def once(conn: Any, key: str, *, scope: str = "default", table: str = DEFAULT_TABLE, schema: str | None = None) -> bool:

@@ -121,3 +121,14 @@ def redact_dsn(dsn: str) -> str:
     for key in _SECRET_KEYS:
         parts.pop(key, None)
     return redact(conninfo.make_conninfo(**{k: str(v) for k, v in parts.items()}), dsn) or "<defaults>"
+
+
+def storable_text(text: str) -> str:
+    """``text`` as PostgreSQL text can store it: a NUL becomes the four characters ``\\x00`` and a
+    lone surrogate its ``\\udXXX`` escape; anything else is unchanged. Applied to every error text
+    before it is written, so recording an outcome can never fail on what a handler said."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text

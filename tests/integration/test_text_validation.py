@@ -158,3 +158,23 @@ def test_a_task_name_that_cannot_be_stored_is_refused_at_registration(app):
         with pytest.raises(InvalidJob, match="task name"):
             app.task(name=name)(lambda job: None)
     assert app.tasks == {}
+
+
+@pytest.mark.parametrize("bad", ["q\x00", "q\ud800", f"q{ESCAPED}"])
+def test_reads_filters_cancel_reasons_and_worker_queues_refuse_bad_text_too(app, db, bad):
+    job_id = app.enqueue("t")
+    for call in (lambda: app.list_jobs(queue=bad), lambda: app.list_jobs(task=bad),
+                 lambda: app.cancel_job(job_id, reason=bad)):
+        with pytest.raises(InvalidJob) as caught:
+            call()
+        assert "NUL" in str(caught.value) or "surrogate" in str(caught.value), caught.value
+    with pytest.raises(ValueError, match="queue"):
+        app.worker(queues=[bad])  # a worker that could never claim anything, reconnecting for ever
+    assert app.get_job(job_id).state.value == "queued"  # nothing was cancelled
+    assert [j.id for j in app.list_jobs()] == [job_id]  # the app still works
+
+
+def test_cli_jobs_filter_with_bad_text_is_one_line_and_exit_2(dsn, tmp_path):
+    result = run_cli(dsn, "jobs", "--queue", f"q{ESCAPED}", cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr

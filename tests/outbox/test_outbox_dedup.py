@@ -87,3 +87,19 @@ def test_forget_old_keys_and_custom_table(rdb):
     rdb.execute("UPDATE seen_messages SET seen_at = now() - interval '2 days'")
     assert dedup.forget(rdb, 86400, table="seen_messages") == 1
     assert dedup.idempotency_key({"idempotency-key": "abc"}) == "abc"
+
+
+@pytest.mark.parametrize("schema, table", [("dedup%schema", "seen%keys"), ("d\\e%d", 'q"uo%ted')])
+def test_any_schema_and_table_name_works(rdb, schema, table):
+    rdb.execute(psycopg.sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(psycopg.sql.Identifier(schema)))
+    rdb.execute(psycopg.sql.SQL("CREATE SCHEMA {}").format(psycopg.sql.Identifier(schema)))
+    dedup.install(rdb, schema=schema, table=table)
+    with rdb.transaction():
+        assert dedup.once(rdb, "k", schema=schema, table=table)
+    with rdb.transaction():
+        assert not dedup.once(rdb, "k", schema=schema, table=table)
+    assert dedup.seen(rdb, "k", schema=schema, table=table)
+    assert dedup.forget(rdb, 0, schema=schema, table=table) == 1
+    tables = rdb.execute("SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename = %s",
+                         [schema, table]).fetchone()[0]
+    assert tables == 1  # the very names given, not another table

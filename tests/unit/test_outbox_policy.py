@@ -48,3 +48,22 @@ def test_default_backoff_grows_with_jitter_and_is_capped():
     assert [fixed(a, None) for a in (1, 2, 3, 11, 30)] == [1.0, 2.0, 4.0, 600.0, 600.0]
     spread = {round(DEFAULT_RETRY(3, None), 6) for _ in range(50)}
     assert len(spread) > 1 and all(3.0 <= d <= 5.0 for d in spread)
+
+
+def test_a_policy_returning_a_bad_delay_fails_the_message_saying_so():
+    for bad in (float("nan"), float("inf"), -1.0, 1e300):
+        out = decide(msg(attempt=1), RetryableDeliveryError("HTTP 503"), lambda attempt, error, bad=bad: bad)
+        assert out.state == "failed", (bad, out)
+        assert "retry policy" in out.error and "HTTP 503" in out.error, out.error
+
+    def broken(attempt, error):
+        raise RuntimeError("policy bug")
+
+    out = decide(msg(attempt=1), RetryableDeliveryError("HTTP 503"), broken)
+    assert out.state == "failed" and "policy bug" in out.error
+
+
+def test_what_a_sink_says_is_stored_as_text_postgresql_can_hold():
+    out = decide(msg(attempt=1), RetryableDeliveryError("bad\x00byte \udcff here"), Constant(1))
+    assert "\x00" not in out.error and "\\x00" in out.error
+    out.error.encode("utf-8")  # no lone surrogate left

@@ -49,6 +49,7 @@ from ..backend.base import ClaimedJob
 from ..backend.postgres.backend import CONNECTION_LOST, connection_lost, session_gone
 from ..job import (Cancel, Cancelled, Done, Failed, Job, JobState, LeaseLost, Outcome, Retry, RetryLater, Snooze,
                    Snoozed)
+from ..errors import storable_text
 from ..retry import check_delay
 from .gate import RunGate
 
@@ -69,17 +70,6 @@ class JobTimeout(Exception):
 
 class ResultNotStorable(ValueError):
     """The handler's return value cannot be stored as the job's result (the attempt fails)."""
-
-
-def storable_text(text: str) -> str:
-    """``text`` as PostgreSQL text can store it: a NUL becomes the four characters ``\\x00`` and a
-    lone surrogate its ``\\udXXX`` escape; anything else is unchanged. Applied to every error text
-    before it is written, so recording an outcome can never fail on what a handler said."""
-    if "\x00" in text:
-        text = text.replace("\x00", "\\x00")
-    if not text.isascii():
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
 
 
 def describe(exc: BaseException) -> str:

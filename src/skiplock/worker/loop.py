@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import psycopg
 
+from ..app import MAX_QUEUE_CHARS, check_text
 from ..backend.postgres.backend import connection_lost
 from ..errors import ConfigurationError, DatabaseUnavailable
 from ..job import Cancelled, Done, Failed, LeaseLost, RetryLater, Snoozed
@@ -140,8 +141,10 @@ class Worker:
             if isinstance(queues, str):
                 queues = [queues]
             queues = list(queues)
-            if not queues or not all(isinstance(q, str) and q for q in queues):
+            if not queues:
                 raise ValueError(f"queues must be a list of non-empty names, got {queues!r}")
+            for q in queues:  # the same check as enqueue's: a name no job can have is a mistake
+                check_text("queue", q, MAX_QUEUE_CHARS, error=ValueError)
         self.app = app
         self.queues = queues
         self.concurrency = concurrency

@@ -19,10 +19,17 @@ def schema_identifier(schema: str) -> str:
     server as two characters: another schema). So a name with "%" is written as PostgreSQL's
     Unicode-escape identifier, ``U&"we\\0025ird"``: the same name, no "%" in the text, correct in
     both cases (and in COPY and the migrations). Other names keep the plain quoted form."""
-    quoted = sql.Identifier(schema).as_string(None)  # type: ignore[arg-type]  # no connection needed
-    if "%" not in quoted:
-        return quoted
-    return "U&" + quoted.replace("\\", "\\\\").replace("%", "\\0025")
+    return identifier_text(schema)
+
+
+def identifier_text(*names: str) -> str:
+    """A (qualified) identifier as SQL text without "%" (see :func:`schema_identifier`): each part
+    quoted by ``sql.Identifier``, a part with "%" written as a Unicode-escape identifier."""
+    parts = []
+    for name in names:
+        quoted = sql.Identifier(name).as_string(None)  # type: ignore[arg-type]  # no connection needed
+        parts.append("U&" + quoted.replace("\\", "\\\\").replace("%", "\\0025") if "%" in quoted else quoted)
+    return ".".join(parts)
 
 
 def _bind_schema(text: str, schema: str) -> str:
