@@ -50,7 +50,7 @@ def run_until_empty(app, **options):
 
 def batches_of(db, ids) -> list[list[int]]:
     """Jobs grouped by the transaction that wrote them done (a batch's jobs share one row version
-    creator: the savepoint the claim took)."""
+    creator: the lease transaction)."""
     rows = db.execute("SELECT xmin::text, array_agg(id ORDER BY id) FROM skiplock.jobs WHERE id = ANY(%s) "
                       "GROUP BY 1 ORDER BY 2", [ids]).fetchall()
     return [r[1] for r in rows]

@@ -217,7 +217,7 @@ class Executor:
                     break
         if len(batch) > 1:
             return self._run_many(conn, batch, slot, budget, stopping)
-        outcome = self.run(conn, batch[0], slot, savepoint_taken=True, commit=True)
+        outcome = self.run(conn, batch[0], slot, commit=True)
         if not conn.closed:
             conn.commit()  # the paths that wrote without running a handler (nothing to do if committed)
         return BatchRun([outcome], alone=alone)
@@ -247,13 +247,8 @@ class Executor:
         outcomes: list[Outcome] = []
         done: list[tuple[ClaimedJob, int, str | None]] = []
         deadline = time.monotonic() + budget
-        savepoint_ready = True  # the claim's SAVEPOINT, not used by any job yet
-
         def take_savepoint() -> None:
-            nonlocal savepoint_ready
-            if not savepoint_ready:
-                backend.savepoint(conn)
-            savepoint_ready = False
+            backend.savepoint(conn)
 
         out_of_time = False
         began = time.perf_counter()
@@ -265,9 +260,7 @@ class Executor:
             attempt = claimed.attempts + 1
             if (task is None or claimed.id in suspects or claimed.id in cancels
                     or attempt > claimed.max_attempts):
-                outcome = self.run(conn, claimed, slot, savepoint_taken=savepoint_ready,
-                                   batch=batch_id if claimed.id in suspects else None)
-                savepoint_ready = False
+                outcome = self.run(conn, claimed, slot, batch=batch_id if claimed.id in suspects else None)
             else:
                 job = Job(id=claimed.id, queue=claimed.queue, task=claimed.task, args=claimed.args,
                           priority=claimed.priority, state=JobState.QUEUED, attempts=attempt,
@@ -281,8 +274,8 @@ class Executor:
                 if touched:
                     outcome = self._still_leased(conn, task, attempt, claimed, outcome)
                 outcome = self._write(conn, claimed, attempt, outcome, started_at, slot, touched)
-                # That write follows the savepoint the claim sent: a later job must not roll back to it.
-                savepoint_ready = False
+                if touched:
+                    self._release(conn)
             if conn.closed:  # the lease was ended on purpose; only this job's outcome was recorded
                 return BatchRun([outcome])
             outcomes.append(outcome)
@@ -297,12 +290,12 @@ class Executor:
                                             started_at, slot, False))
         return BatchRun(outcomes, out_of_time, seconds_per_job)
 
-    def run(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, slot: str, savepoint_taken: bool = False,
+    def run(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, slot: str,
             batch: int | None = None, commit: bool = False) -> Outcome:
         """Run one job and write its outcome in the lease transaction, its attempt counted first on
         the bookkeeping connection; with ``commit``, a handler's run is committed here (see ``_commit``).
-        ``savepoint_taken``: a SAVEPOINT no job has used yet was already sent (with the claim).
-        ``batch``: the job is a suspect running alone in that batch's transaction."""
+        Its savepoint is taken when the handler first reads ``job.conn`` (see ``savepoint`` in
+        queries.sql for why never before). ``batch``: the job is a suspect running alone in that batch's transaction."""
         started_at = claimed.claimed_at  # the database's clock, like finished_at
         backend = self.backend
 
@@ -334,27 +327,36 @@ class Executor:
                      claimed.id, attempt)
             with self.gate.exclusive():
                 self._bookkeeping(lambda c: backend.mark_exclusive(c, claimed.id, attempt))
-                return self._run_counted(conn, claimed, task, attempt, slot, savepoint_taken, commit)
-        return self._run_counted(conn, claimed, task, attempt, slot, savepoint_taken, commit)
+                return self._run_counted(conn, claimed, task, attempt, slot, commit)
+        return self._run_counted(conn, claimed, task, attempt, slot, commit)
 
     def _run_counted(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, task: "Task", attempt: int, slot: str,
-                     savepoint_taken: bool, commit: bool) -> Outcome:
+                     commit: bool) -> Outcome:
         """The handler of a counted attempt, and its outcome written in the lease transaction."""
         backend = self.backend
         started_at = claimed.claimed_at
-        if not savepoint_taken:
-            backend.savepoint(conn)
         if task.timeout is not None:
             backend.set_local_timeouts(conn, task.timeout)
         job = Job(id=claimed.id, queue=claimed.queue, task=claimed.task, args=claimed.args,
                   priority=claimed.priority, state=JobState.QUEUED, attempts=attempt,
                   max_attempts=claimed.max_attempts, run_at=claimed.run_at, created_at=claimed.created_at,
-                  started_at=started_at, worker=slot, _conn=conn)
-        outcome = self._still_leased(conn, task, attempt, claimed, self._handle(task, job, claimed, attempt, conn))
-        outcome = self._write(conn, claimed, attempt, outcome, started_at, slot, True)
+                  started_at=started_at, worker=slot, _conn=conn, _before_conn=lambda: backend.savepoint(conn))
+        outcome = self._handle(task, job, claimed, attempt, conn)
+        touched = job._before_conn is None
+        if touched:
+            outcome = self._still_leased(conn, task, attempt, claimed, outcome)
+        outcome = self._write(conn, claimed, attempt, outcome, started_at, slot, touched)
+        if touched and not commit:
+            self._release(conn)
         if commit and not conn.closed:
             return self._commit(conn, claimed, task, attempt, outcome, started_at, slot)
         return outcome
+
+    def _release(self, conn: psycopg.Connection[Any]) -> None:
+        """Release the savepoint of a job whose outcome is written (see ``release_savepoint`` in
+        queries.sql), if the lease is still usable -- a gone one is handled by whoever comes next."""
+        if _usable(conn) and conn.info.transaction_status == TransactionStatus.INTRANS:
+            self.backend.release_savepoint(conn)
 
     def _commit(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, task: "Task", attempt: int,
                 outcome: Outcome, started_at: datetime, slot: str) -> Outcome:

@@ -143,8 +143,8 @@ class Worker:
             queues = list(queues)
             if not queues:
                 raise ValueError(f"queues must be a list of non-empty names, got {queues!r}")
-            for q in queues:  # the same check as enqueue's: a name no job can have is a mistake
-                check_text("queue", q, MAX_QUEUE_CHARS, error=ValueError)
+            for i, q in enumerate(queues):  # the same check as enqueue's: a name no job can have is a mistake
+                check_text(f"queues[{i}]", q, MAX_QUEUE_CHARS, error=ValueError)
         self.app = app
         self.queues = queues
         self.concurrency = concurrency
@@ -341,12 +341,12 @@ class Worker:
                     self._give_batch_turn(index)
                 return [], False
         try:
-            claimed = self.app.backend.claim(conn, self.queues, limit, savepoint=True, tasks=self._claim_tasks)
+            claimed = self.app.backend.claim(conn, self.queues, limit, tasks=self._claim_tasks)
             if len(claimed) > 1 and executor.alone(claimed[0].task):
                 # A job that runs alone came first: let the others go at once, take one.
                 size.alone()
                 conn.rollback()
-                claimed = self.app.backend.claim(conn, self.queues, 1, savepoint=True, tasks=self._claim_tasks)
+                claimed = self.app.backend.claim(conn, self.queues, 1, tasks=self._claim_tasks)
         except BaseException:
             if turn:
                 self._give_batch_turn(index)

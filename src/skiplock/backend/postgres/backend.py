@@ -638,6 +638,9 @@ class PostgresBackend:
     def rollback_to_savepoint(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute(self.q["rollback_to_savepoint"])
 
+    def release_savepoint(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(self.q["release_savepoint"])
+
     def set_local_timeouts(self, conn: psycopg.Connection[Any], seconds: float) -> None:
         value = f"{max(1, int(seconds * 1000))}ms"
         conn.execute(self.q["set_local_timeouts"], {"value": value})

@@ -389,12 +389,24 @@ SELECT queue, state, count(*) AS n
 SELECT pg_terminate_backend(pid, 5000) FROM unnest(%(pids)s::int[]) AS p(pid);
 
 -- name: savepoint
--- Taken right after the claim: a failing handler rolls back to here, which undoes its own
--- effects but keeps the row lock, so the outcome is written before anyone can claim the job again.
+-- Taken when a handler first reads job.conn (never for one that does not): a failing handler rolls
+-- back to here, which undoes its own effects but keeps the row lock, so the outcome is written before
+-- anyone can claim the job again.
+-- Why only then: a row locked FOR UPDATE by the transaction and then updated inside a subtransaction
+-- gets a MultiXact as its xmax (the top transaction's lock plus the subtransaction's update), and a
+-- MultiXact updater is never hinted: every later claim that steps over that row version (until vacuum
+-- prunes it) looks it up again in the MultiXact SLRU. With many slots that lookup traffic, not the
+-- jobs, became the drain's bottleneck (issue 16: 3.4 SLRU reads per job at 16 slots, 18 at 64). So
+-- the `done` of a handler that did not touch the database is written in the top transaction.
 SAVEPOINT skiplock_job;
 
 -- name: rollback_to_savepoint
 ROLLBACK TO SAVEPOINT skiplock_job;
+
+-- name: release_savepoint
+-- After a job that touched the database is written: its work joins the transaction, and the next
+-- job (and the batch's closing `done` write) runs in the top transaction again, not nested in it.
+RELEASE SAVEPOINT skiplock_job;
 
 -- name: migrate_lock
 -- Serialises concurrent `migrate` runs (per schema) for the rest of the transaction.
