@@ -1,7 +1,8 @@
 """Runs one claimed job inside its lease transaction and writes the outcome.
 
 Guarantees (transaction lease):
-- The handler runs on the lease connection, after a SAVEPOINT. If it returns, the ``done`` update
+- The handler runs on the lease connection, with a SAVEPOINT taken when it first reads ``job.conn``
+  (only then: see ``savepoint`` in queries.sql). If it returns, the ``done`` update
   is written in the same transaction and committed: its database writes and the completion commit
   together, or neither does.
 - If it raises (or asks to retry, snooze or cancel), we roll back to the savepoint (its effects
@@ -195,7 +196,7 @@ class Executor:
     def run_batch(self, conn: psycopg.Connection[Any], batch: list[ClaimedJob], slot: str, budget: float,
                   stopping: threading.Event) -> BatchRun:
         """Run the jobs one claim locked, in that claim's transaction, and COMMIT. Returns the
-        outcomes that are durable. The claim already sent a SAVEPOINT (same round trip). A job that
+        outcomes that are durable. A job that
         must run alone (see ``alone``) runs alone: first, or not in this transaction (the jobs not
         started are released untouched by the COMMIT). Its handlers hold the process's run gate
         shared (a suspect's run takes it exclusive, see ``run``)."""
