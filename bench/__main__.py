@@ -6,6 +6,7 @@
     python -m bench --dsn postgresql://… # an existing server (we CREATE/DROP a database per scenario)
     python -m bench --rev HEAD           # the committed skiplock of a git revision, not the working tree
     python -m bench --only outage --outages 5,17   # outage recovery without the 60 s outage
+    python -m bench --only sweep         # slots 4..256 and processes 1..8 for 0/1/10 ms jobs (opt-in)
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from .common import (FULL, QUICK, REPO_ROOT, Context, Figure, MachineLoad, Serve
                      use_revision)
 
 # Scenario modules import skiplock, so they are loaded only after --rev has chosen which one.
-SCENARIOS = ["baseline", "drain", "many_workers", "backlog", "enqueue", "latency", "outbox_relay", "outage"]
+SCENARIOS = ["baseline", "drain", "many_workers", "backlog", "enqueue", "latency", "outbox_relay", "outage", "sweep"]
+# Run only when asked for (--only): the slot/process sweep takes several minutes on its own.
+OPT_IN = {"sweep"}
 # what each scenario's ratios are measured against
 NEEDS = {"drain": ["baseline"], "many_workers": ["baseline", "drain"], "backlog": ["baseline"]}
 
@@ -66,7 +69,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def selected(only: str | None) -> list[str]:
     if not only:
-        return list(SCENARIOS)
+        return [s for s in SCENARIOS if s not in OPT_IN]
     wanted = [s.strip().replace("-", "_") for s in only.split(",") if s.strip()]
     unknown = [s for s in wanted if s not in SCENARIOS]
     if unknown:
@@ -168,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     t0 = time.perf_counter()
     console.print(f"[bold]skiplock bench[/]: {', '.join(names)}{' (quick)' if args.quick else ''}")
-    server: Server = from_dsn(args.dsn) if args.dsn else start_embedded(args.data_dir)
+    from .sweep import MAX_CONNECTIONS
+
+    server: Server = from_dsn(args.dsn) if args.dsn else start_embedded(
+        args.data_dir, MAX_CONNECTIONS if "sweep" in names else None)
     figures: list[Figure] = []
     errors: dict[str, str] = {}
     durations: dict[str, float] = {}

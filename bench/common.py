@@ -112,9 +112,10 @@ class Server:
 OWNED_SERVER_SETTINGS = {"autovacuum_naptime": "1s"}
 
 
-def start_embedded(data_dir: str | None) -> Server:
+def start_embedded(data_dir: str | None, max_connections: int | None = None) -> Server:
     """The embedded server in ``data_dir`` (started if needed, left running), or a fresh throw-away
-    one in a temporary directory (stopped and deleted at the end) when ``data_dir`` is None."""
+    one in a temporary directory (stopped and deleted at the end) when ``data_dir`` is None; a
+    throw-away one gets ``max_connections`` if given (one restart, before anything is measured)."""
     from skiplock import embedded
 
     cleanup: Path | None = None
@@ -129,6 +130,11 @@ def start_embedded(data_dir: str | None) -> Server:
             for name, value in OWNED_SERVER_SETTINGS.items():
                 c.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
             c.execute("SELECT pg_reload_conf()")
+            if max_connections is not None:
+                c.execute(sql.SQL("ALTER SYSTEM SET max_connections = {}").format(sql.Literal(max_connections)))
+        if max_connections is not None:
+            embedded.stop_server(path, mode="fast")
+            server = embedded.ensure_server(path)
     return Server(dsn=server.dsn, bin_dir=server.bin_dir, postmaster_pid=server.pid, embedded_data_dir=path,
                   owns_server=cleanup is not None, _cleanup_dir=cleanup)
 

@@ -22,6 +22,11 @@ def make_app(dsn: str | None = None) -> skiplock.App:
     def noop(job: Any) -> None:
         """Does nothing: the job's cost is skiplock's own."""
 
+    @app.task(name="sleep")
+    def sleep(job: Any, ms: float) -> None:
+        """Waits ``ms`` milliseconds without touching the database (the sweep's 1 ms and 10 ms jobs)."""
+        time.sleep(ms / 1000)
+
     @app.task(name="stamp")
     def stamp(job: Any) -> None:
         """Records the wall-clock time (the system clock the producer also reads) at handler start; the row
