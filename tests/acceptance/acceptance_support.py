@@ -95,3 +95,20 @@ def effects_of(db: psycopg.Connection[Any], job_id: int) -> list[tuple[int, int]
     """(attempt, pid) of every committed effect of a job."""
     return [tuple(r) for r in db.execute("SELECT attempt, pid FROM effects WHERE job_id = %s ORDER BY id",
                                          [job_id]).fetchall()]
+
+
+def crash_a_batch_until_done(dsn: str, producer: Any, spawn: Any, concurrency: int) -> tuple[list[int], int, list[int]]:
+    """A poison job (``crash_if`` with crash, max_attempts 2) between 20 + 20 good ones, run by fresh
+    workers with batches of 16 until one exits cleanly (at most 6). Returns the workers' exit codes,
+    the poison job's id and the good jobs' ids."""
+    before = producer.enqueue_many([("crash_if", {})] * 20)  # the claim size ramps to 16 (1+2+4+8+...)
+    poison = producer.enqueue("crash_if", {"crash": True}, max_attempts=2)
+    after = producer.enqueue_many([("crash_if", {})] * 20)
+    codes: list[int] = []
+    for _ in range(6):
+        w = spawn.worker(dsn, "--batch-size", "16", "--batch-budget", "60", concurrency=concurrency,
+                         stop_when_empty=True)
+        codes.append(w.wait(timeout=60))
+        if codes[-1] == 0:
+            break
+    return codes, poison, before + after

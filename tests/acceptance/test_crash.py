@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from acceptance_support import effects_of, in_flight, job_row, run_cli, scalar, wait_for
+from acceptance_support import effects_of, in_flight, job_row, run_cli, scalar, wait_for, crash_a_batch_until_done
 
 N_JOBS = 2000
 
@@ -152,15 +152,7 @@ def test_poison_job_in_a_batch_is_charged_alone_and_its_batch_mates_are_not(dsn,
     batch's row stays behind: each of its jobs is then run alone with a counted attempt. The poison job
     crashes each of those until it gives up; its batch-mates are done once, charged one attempt."""
     db = effects
-    before = producer.enqueue_many([("crash_if", {})] * 20)  # the claim size ramps to 16 (1+2+4+8+...)
-    poison = producer.enqueue("crash_if", {"crash": True}, max_attempts=2)
-    after = producer.enqueue_many([("crash_if", {})] * 20)
-    codes = []
-    for _ in range(6):
-        w = spawn.worker(dsn, "--batch-size", "16", "--batch-budget", "60", concurrency=1, stop_when_empty=True)
-        codes.append(w.wait(timeout=60))
-        if codes[-1] == 0:
-            break
+    codes, poison, good = crash_a_batch_until_done(dsn, producer, spawn, concurrency=1)
     # One kill in the batch (not counted), two alone (counted), then the attempt limit.
     assert codes == [-signal.SIGKILL] * 3 + [0], codes
     job = job_row(db, poison)
@@ -168,9 +160,9 @@ def test_poison_job_in_a_batch_is_charged_alone_and_its_batch_mates_are_not(dsn,
     assert "attempt(s) started and none finished" in job["last_error"]
     assert effects_of(db, poison) == []
     rows = db.execute("SELECT id, state, attempts FROM skiplock.jobs WHERE id <> %s ORDER BY id", [poison]).fetchall()
-    assert rows == [(i, "done", 1) for i in before + after]
+    assert rows == [(i, "done", 1) for i in good]
     assert db.execute("SELECT job_id, count(*) FROM effects GROUP BY 1 HAVING count(*) <> 1").fetchall() == []
-    assert scalar(db, "SELECT count(*) FROM effects") == len(before + after)
+    assert scalar(db, "SELECT count(*) FROM effects") == len(good)
     # The dead batches' rows now name only finished jobs: pruning removes them.
     assert scalar(db, "SELECT count(*) FROM skiplock.job_batches") > 0
     producer.prune()

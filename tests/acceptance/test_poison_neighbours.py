@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import signal
 
-from acceptance_support import effects_of, in_flight, job_row, scalar, wait_for
+from acceptance_support import effects_of, in_flight, job_row, scalar, wait_for, crash_a_batch_until_done
 
 
 def test_a_poison_job_does_not_charge_the_jobs_in_the_other_slots(dsn, effects, producer, spawn):
@@ -46,18 +46,10 @@ def test_a_poison_job_in_a_batch_of_a_two_slot_worker_ends_failed_within_max_att
     """The batch that dies charges none of its jobs; each of them then runs alone in its process (its
     batch died), so the poison job's crashes from then on are its own and charged."""
     db = effects
-    before = producer.enqueue_many([("crash_if", {})] * 20)
-    poison = producer.enqueue("crash_if", {"crash": True}, max_attempts=2)
-    after = producer.enqueue_many([("crash_if", {})] * 20)
-    codes = []
-    for _ in range(6):
-        w = spawn.worker(dsn, "--batch-size", "16", "--batch-budget", "60", concurrency=2, stop_when_empty=True)
-        codes.append(w.wait(timeout=60))
-        if codes[-1] == 0:
-            break
+    codes, poison, good = crash_a_batch_until_done(dsn, producer, spawn, concurrency=2)
     assert codes == [-signal.SIGKILL] * 3 + [0], codes  # one uncharged crash, two charged, then failed
     job = job_row(db, poison)
     assert (job["state"], job["attempts"]) == ("failed", 2), job
     rows = db.execute("SELECT id, state, attempts FROM skiplock.jobs WHERE id <> %s ORDER BY id", [poison]).fetchall()
-    assert rows == [(i, "done", 1) for i in before + after]
+    assert rows == [(i, "done", 1) for i in good]
     assert db.execute("SELECT job_id, count(*) FROM effects GROUP BY 1 HAVING count(*) <> 1").fetchall() == []
