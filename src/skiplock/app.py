@@ -21,6 +21,7 @@ from .retry import MAX_DELAY, RetryPolicy, as_policy, check_delay  # noqa: F401 
 
 if TYPE_CHECKING:
     from .maintenance.periodic import Schedule
+    from .readmodel import ReadModel
     from .outbox import Outbox, Relay
     from .worker import Worker
 
@@ -591,13 +592,20 @@ class App:
         return Job(**data)
 
     def get_job(self, job_id: int) -> Job:
+        """The job as stored, except that a transaction-lease job in flight (its row says ``queued``
+        while its lease transaction runs the handler) is shown ``running``, with its attempt, slot
+        (``worker``) and start (``started_at``); see :mod:`skiplock.readmodel` for exactly when."""
         row = self._ready().get_job(job_id)
         if row is None:
             raise JobNotFound(f"no job with id {job_id}")
         return self._job(row)
 
     def list_jobs(self, *, state: str | None = None, queue: str | None = None, task: str | None = None,
-                  limit: int = 50) -> list[Job]:
+                  limit: int = 50, before: int | None = None) -> list[Job]:
+        """Jobs newest first, at most ``limit``; the next page: ``before=`` the last id of this one
+        (keyset pagination: a job enqueued or deleted meanwhile never makes a page repeat or skip a
+        row). States as :meth:`get_job` shows them: ``state="running"`` lists every job in flight,
+        whichever its lease (see :mod:`skiplock.readmodel`), and ``"queued"`` leaves them out."""
         if state is not None:
             try:
                 state = JobState(state).value
@@ -606,11 +614,22 @@ class App:
         check_text("queue", queue, MAX_QUEUE_CHARS, optional=True)  # a filter no job can match is a mistake
         check_text("task", task, MAX_TASK_CHARS, optional=True)
         _check_int("limit", limit, 1, 100_000)
-        return [self._job(r) for r in self._ready().list_jobs(state=state, queue=queue, task=task, limit=limit)]
+        if before is not None:
+            _check_int("before", before, 1, 2**63 - 1)
+        return [self._job(r) for r in self._ready().list_jobs(state=state, queue=queue, task=task, limit=limit,
+                                                              before=before)]
 
     def counts(self) -> list[tuple[str, str, int]]:
-        """(queue, state, count) for every queue and state that has jobs."""
+        """(queue, state, count) for every queue and state that has jobs; a transaction-lease job in
+        flight counts as ``running`` (see :mod:`skiplock.readmodel`)."""
         return self._ready().counts()
+
+    @property
+    def read_model(self) -> "ReadModel":
+        """What is running, who runs it, what failed, what waits: :class:`skiplock.readmodel.ReadModel`."""
+        from .readmodel import ReadModel
+
+        return ReadModel(self._ready())
 
     def live_workers(self) -> int:
         """How many workers are running: seen in the last ``presence.LIVE_SECONDS`` seconds."""

@@ -253,7 +253,9 @@ STATE_STYLE = {"queued": "cyan", "running": "yellow", "done": "green", "failed":
 @click.pass_obj
 @handle_errors
 def status(obj: Context) -> None:
-    """Job counts by queue and state."""
+    """Job counts by queue and state, the jobs running now, the live workers."""
+    from .cli_readmodel import print_failures, print_running, print_waiting, print_workers
+
     app = obj.app()
     counts = app.counts()
     states = [s.value for s in JobState]
@@ -269,6 +271,10 @@ def status(obj: Context) -> None:
     if not by_queue:
         table.add_row("(no jobs)", *("0" for _ in states))
     console.print(table)
+    print_waiting(app)
+    print_failures(app)
+    print_running(app)
+    print_workers(app, say_none=False)
     _print_untakeable(app)
 
 
@@ -322,10 +328,13 @@ def _job_detail(job: Job) -> None:
 @click.option("--queue")
 @click.option("--task")
 @click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True)
+@click.option("--before", type=click.IntRange(1), help="Only jobs with a lower id (the next page: the last id shown).")
 @click.pass_obj
 @handle_errors
-def jobs(obj: Context, job_id: int | None, state: str | None, queue: str | None, task: str | None, limit: int) -> None:
-    """List jobs (newest first), or show one job in full with JOB_ID."""
+def jobs(obj: Context, job_id: int | None, state: str | None, queue: str | None, task: str | None, limit: int,
+         before: int | None) -> None:
+    """List jobs (newest first), or show one job in full with JOB_ID. A transaction-lease job whose
+    handler runs now is shown running."""
     app = obj.app()
     if job_id is not None:
         _job_detail(app.get_job(job_id))
@@ -333,7 +342,7 @@ def jobs(obj: Context, job_id: int | None, state: str | None, queue: str | None,
     table = Table()
     for col in ("id", "queue", "task", "state", "pri", "attempts", "run_at", "last error"):
         table.add_column(col)
-    listed = app.list_jobs(state=state, queue=queue, task=task, limit=limit)
+    listed = app.list_jobs(state=state, queue=queue, task=task, limit=limit, before=before)
     untakeable = {(q, t) for q, t, _ in _untakeable(app)} if any(j.state == JobState.QUEUED for j in listed) else set()
     flagged = {j.id for j in listed if j.state == JobState.QUEUED and (j.queue, j.task) in untakeable}
     for j in listed:
@@ -409,6 +418,7 @@ def server_stop(obj: Context) -> None:
 
 from . import cli_lifecycle  # noqa: E402,F401 - registers its commands on `cli`
 from . import cli_outbox  # noqa: E402,F401 - registers `relay` and `outbox` on `cli`
+from . import cli_readmodel  # noqa: E402,F401 - registers `workers` on `cli`
 
 
 def main() -> None:

@@ -229,7 +229,7 @@ class Worker:
         self._check_connection_budget()
         self._stop_when_empty = stop_when_empty
         self._claim_tasks = None if self.fail_unknown_tasks else sorted(self.app.tasks)
-        presence = Presence(self.app.backend, self.name, list(self.app.tasks), self.queues)
+        presence = Presence(self.app.backend, self.name, list(self.app.tasks), self.queues, concurrency=self.concurrency)
         self.services.append(presence)
         quiet_driver_noise()
         self.recovery = Reconnects(self.app.backend.dsn, log, cap=self.max_reconnect_delay)

@@ -1,5 +1,8 @@
 """A running worker's row in the ``workers`` table: its task names and queues, so ``skiplock status``
-and ``skiplock jobs`` can show queued jobs that no running worker can take (schema migration 7).
+and ``skiplock jobs`` can show queued jobs that no running worker can take (schema migration 7), and
+which process it is -- host, OS pid, number of slots (migration 9) -- so the read model
+(:mod:`skiplock.readmodel`: ``skiplock workers``, ``skiplock status``) lists every live worker
+process and names the process of each running job.
 
 The row is written before the worker claims anything, refreshed every ``SEEN_INTERVAL`` seconds, and
 deleted when the worker exits. A worker that dies without deleting it (SIGKILL, a lost machine) stops
@@ -10,6 +13,8 @@ status shows, never what is claimed (a worker claims only its own tasks whatever
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import uuid
 from typing import TYPE_CHECKING, Sequence
 
@@ -31,16 +36,20 @@ class Presence(Service):
     name = "presence"
 
     def __init__(self, backend: "PostgresBackend", worker: str, tasks: Sequence[str], queues: Sequence[str] | None,
-                 interval: float = SEEN_INTERVAL):
+                 interval: float = SEEN_INTERVAL, concurrency: int | None = None):
         super().__init__(interval)
         self.backend = backend
         self.id = uuid.uuid4()
         self.worker = worker
         self.tasks = sorted(tasks)
         self.queues = None if queues is None else list(queues)
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.concurrency = concurrency
 
     def step(self) -> None:
-        self.backend.worker_seen(self.id, self.worker, self.tasks, self.queues)
+        self.backend.worker_seen(self.id, self.worker, self.tasks, self.queues, host=self.host, pid=self.pid,
+                                 concurrency=self.concurrency)
 
     def stop(self, timeout: float = 10.0) -> None:
         super().stop(timeout)

@@ -680,19 +680,45 @@ class PostgresBackend:
             return c.cursor(row_factory=dict_row).execute(self.q["get_job"], {"id": job_id}).fetchone()
 
     def list_jobs(self, *, state: str | None = None, queue: str | None = None,
-                  task: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+                  task: str | None = None, limit: int = 50, before: int | None = None) -> list[dict[str, Any]]:
+        """Newest first; ``before``: the last id of the previous page (keyset). 'running' is read
+        through the jobs in flight (``list_running_jobs``), not by scanning every job."""
+        name = "list_running_jobs" if state == "running" else "list_jobs"
         with self._conn() as c:
             cur = c.cursor(row_factory=dict_row)
-            return cur.execute(self.q["list_jobs"], {"state": state, "queue": queue, "task": task, "limit": limit}).fetchall()
+            return cur.execute(self.q[name], {"state": state, "queue": queue, "task": task, "limit": limit,
+                                              "before": before}).fetchall()
 
     def counts(self) -> list[tuple[str, str, int]]:
-        return [tuple(r) for r in self._all("counts")]
+        return [(r[0], r[1], int(r[2])) for r in self._all("counts", {})]
+
+    # ---- the read model (see skiplock/readmodel.py; statements in queries.sql's read model section) --
+
+    def running_now(self, after: int | None, limit: int) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in self._all("running_now", {"after": after, "limit": limit})]
+
+    def batches_in_flight(self, after: int | None, limit: int) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in self._all("batches_in_flight", {"after": after, "limit": limit})]
+
+    def live_worker_rows(self, live_seconds: float, after: tuple[datetime, uuid.UUID] | None,
+                         limit: int) -> list[tuple[Any, ...]]:
+        started, worker_id = after if after is not None else (None, None)
+        return [tuple(r) for r in self._all("live_worker_rows", {"live": live_seconds, "after_started": started,
+                                                                 "after_id": worker_id, "limit": limit})]
+
+    def failure_classes(self) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in self._all("failure_classes", {})]
+
+    def oldest_ready(self) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in self._all("oldest_ready", {})]
 
     # ---- workers running now (their names, tasks and queues, as each says itself) ----------------
 
-    def worker_seen(self, worker_id: uuid.UUID, name: str, tasks: Sequence[str], queues: Sequence[str] | None) -> None:
+    def worker_seen(self, worker_id: uuid.UUID, name: str, tasks: Sequence[str], queues: Sequence[str] | None, *,
+                    host: str | None = None, pid: int | None = None, concurrency: int | None = None) -> None:
         self._one("worker_seen", {"id": worker_id, "name": name, "tasks": list(tasks),
-                                  "queues": None if queues is None else list(queues)})
+                                  "queues": None if queues is None else list(queues),
+                                  "host": host, "pid": pid, "concurrency": concurrency})
 
     def worker_gone(self, worker_id: uuid.UUID) -> None:
         self._one("worker_gone", {"id": worker_id})

@@ -353,34 +353,80 @@ wake AS (SELECT pg_notify('skiplock', %(wake)s))
 SELECT id FROM ins, wake;
 
 -- name: get_job
--- Errors still pending in job_attempts (see `record_outcome`) are shown as recorded.
-SELECT j.id, j.queue, j.task, j.args, j.priority, j.state,
+-- Errors still pending in job_attempts (see `record_outcome`) are shown as recorded. A transaction-lease
+-- job in flight (see `running_now`: its row still says 'queued') is shown 'running', with the slot
+-- and start of its attempt.
+WITH live AS MATERIALIZED (
+SELECT pid, xact_start FROM pg_stat_activity
+ WHERE application_name LIKE 'skiplock-worker%%' AND xact_start IS NOT NULL),
+in_flight AS MATERIALIZED (
+SELECT a.job_id, a.started AS attempt, a.worker AS slot, a.started_at AS since
+  FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
+ WHERE j.state = 'queued' AND a.started > j.attempts AND a.job_id = %(id)s
+   AND (a.pending_errors -> -1 ->> 'attempt') IS DISTINCT FROM a.started::text
+   AND EXISTS (SELECT FROM live s WHERE s.pid = a.backend_pid AND s.xact_start <= a.started_at))
+SELECT j.id, j.queue, j.task, j.args, j.priority, CASE WHEN f.job_id IS NULL THEN j.state ELSE 'running' END AS state,
        greatest(j.attempts, coalesce(a.started, 0)) AS attempts,
-       j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at,
+       j.max_attempts, j.run_at, j.created_at, coalesce(f.since, j.started_at) AS started_at, j.finished_at,
        coalesce(a.pending_errors -> -1 ->> 'error', j.last_error) AS last_error,
        j.errors || coalesce(a.pending_errors, '[]'::jsonb) AS errors,
-       j.result, j.worker, j.unique_key, j.lease_expires_at
+       j.result, coalesce(f.slot, j.worker) AS worker, j.unique_key, j.lease_expires_at
   FROM {schema}.jobs j LEFT JOIN {schema}.job_attempts a ON a.job_id = j.id
+       LEFT JOIN in_flight f ON f.job_id = j.id
  WHERE j.id = %(id)s;
 
 -- name: list_jobs
-SELECT j.id, j.queue, j.task, j.args, j.priority, j.state,
+-- Newest first, a page at a time by keyset: %(before)s is the last id of the previous page (NULL:
+-- the first page), never an OFFSET, so a job enqueued meanwhile (a higher id) cannot push a row into
+-- the next page twice, nor a job deleted meanwhile make one skip a row. States as `get_job` shows them:
+-- a transaction-lease job in flight is 'running' (and not 'queued').
+WITH live AS MATERIALIZED (
+SELECT pid, xact_start FROM pg_stat_activity
+ WHERE application_name LIKE 'skiplock-worker%%' AND xact_start IS NOT NULL),
+in_flight AS MATERIALIZED (
+SELECT a.job_id, a.started AS attempt, a.worker AS slot, a.started_at AS since
+  FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
+ WHERE j.state = 'queued' AND a.started > j.attempts
+   AND (a.pending_errors -> -1 ->> 'attempt') IS DISTINCT FROM a.started::text
+   AND EXISTS (SELECT FROM live s WHERE s.pid = a.backend_pid AND s.xact_start <= a.started_at))
+SELECT j.id, j.queue, j.task, j.args, j.priority, CASE WHEN f.job_id IS NULL THEN j.state ELSE 'running' END AS state,
        greatest(j.attempts, coalesce(a.started, 0)) AS attempts,
-       j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at,
+       j.max_attempts, j.run_at, j.created_at, coalesce(f.since, j.started_at) AS started_at, j.finished_at,
        coalesce(a.pending_errors -> -1 ->> 'error', j.last_error) AS last_error,
        j.errors || coalesce(a.pending_errors, '[]'::jsonb) AS errors,
-       j.result, j.worker, j.unique_key, j.lease_expires_at
+       j.result, coalesce(f.slot, j.worker) AS worker, j.unique_key, j.lease_expires_at
   FROM {schema}.jobs j LEFT JOIN {schema}.job_attempts a ON a.job_id = j.id
- WHERE (%(state)s::text IS NULL OR j.state = %(state)s)
+       LEFT JOIN in_flight f ON f.job_id = j.id
+ WHERE (%(state)s::text IS NULL OR j.state = %(state)s OR (%(state)s = 'running' AND f.job_id IS NOT NULL))
+   AND (%(state)s::text IS DISTINCT FROM 'queued' OR f.job_id IS NULL)
    AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
    AND (%(task)s::text IS NULL OR j.task = %(task)s)
+   AND (%(before)s::bigint IS NULL OR j.id < %(before)s)
  ORDER BY j.id DESC
  LIMIT %(limit)s;
 
 -- name: counts
-SELECT queue, state, count(*) AS n
-  FROM {schema}.jobs
+-- Jobs by queue and state, as `get_job` shows them: a transaction-lease job in flight (see
+-- `running_now`) counts as 'running', not 'queued'. One snapshot for both parts, so the job counted
+-- 'queued' by the first is the one moved by the second.
+WITH live AS MATERIALIZED (
+SELECT pid, xact_start FROM pg_stat_activity
+ WHERE application_name LIKE 'skiplock-worker%%' AND xact_start IS NOT NULL),
+in_flight AS MATERIALIZED (
+SELECT a.job_id, a.started AS attempt, a.worker AS slot, a.started_at AS since
+  FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
+ WHERE j.state = 'queued' AND a.started > j.attempts
+   AND (a.pending_errors -> -1 ->> 'attempt') IS DISTINCT FROM a.started::text
+   AND EXISTS (SELECT FROM live s WHERE s.pid = a.backend_pid AND s.xact_start <= a.started_at)),
+c AS (
+SELECT queue, state, count(*) AS n FROM {schema}.jobs GROUP BY queue, state
+UNION ALL
+SELECT j.queue, m.state, m.n
+  FROM in_flight f JOIN {schema}.jobs j ON j.id = f.job_id, (VALUES ('queued', -1), ('running', 1)) AS m(state, n))
+SELECT queue, state, sum(n)::bigint AS n
+  FROM c
  GROUP BY queue, state
+HAVING sum(n) > 0
  ORDER BY queue, state;
 
 -- name: terminate_backends
@@ -698,9 +744,13 @@ SELECT id FROM upd;
 -- A worker says it is alive, with what it can take: inserted at start, last_seen refreshed every few
 -- seconds. Rows of workers that died without deleting theirs are deleted after an hour (never this
 -- worker's own row: one statement must not both delete and update it).
+-- Also says which process it is (host, OS pid) and how many slots it runs (migration 9; NULL if the
+-- caller does not say).
 WITH stale AS (DELETE FROM {schema}.workers WHERE last_seen < now() - interval '1 hour' AND id <> %(id)s)
-INSERT INTO {schema}.workers AS w (id, name, tasks, queues) VALUES (%(id)s, %(name)s, %(tasks)s::text[], %(queues)s::text[])
-ON CONFLICT (id) DO UPDATE SET last_seen = now(), tasks = EXCLUDED.tasks, queues = EXCLUDED.queues;
+INSERT INTO {schema}.workers AS w (id, name, tasks, queues, host, pid, concurrency)
+VALUES (%(id)s, %(name)s, %(tasks)s::text[], %(queues)s::text[], %(host)s, %(pid)s, %(concurrency)s)
+ON CONFLICT (id) DO UPDATE SET last_seen = now(), tasks = EXCLUDED.tasks, queues = EXCLUDED.queues,
+                               host = EXCLUDED.host, pid = EXCLUDED.pid, concurrency = EXCLUDED.concurrency;
 
 -- name: worker_gone
 DELETE FROM {schema}.workers WHERE id = %(id)s;
@@ -719,3 +769,170 @@ SELECT q.queue, q.task, q.n
                     WHERE w.last_seen > now() - %(live)s::float8 * interval '1 second'
                       AND q.task = ANY(w.tasks) AND (w.queues IS NULL OR q.queue = ANY(w.queues)))
  ORDER BY q.queue, q.task;
+
+
+-- ==== the read model (src/skiplock/readmodel.py) =============================================
+-- What is running, who runs it, what failed, what waits: read-only statements for `skiplock status`,
+-- `skiplock jobs`, `skiplock workers` and a dashboard. None takes a lock or writes.
+--
+-- "In flight" (running now), per lease mode:
+-- * claimed lease: the job's row says 'running' (start_claimed committed it). It stays so until its
+--   fenced finishing write, or until the rescuer returns it once its lease expired (lease_expires_at
+--   in the past: its worker stopped renewing it) -- shown until then, with that time.
+-- * transaction lease: the row still says 'queued' (it is locked by the lease transaction, and its
+--   writes are not committed). Before its handler starts, `start_attempt` wrote, on a separate
+--   autocommit connection, the attempt (job_attempts.started, one more than jobs.attempts until the
+--   outcome commits), the slot, the lease session's backend pid and when (started_at). The attempt
+--   is in flight while: the row is still 'queued' with fewer attempts than started (no finishing
+--   write committed: `complete` deletes the job_attempts row, `record_outcome` raises jobs.attempts
+--   to it, or lowers `started` for a snooze); no error is pending for that attempt (pending_errors:
+--   it finished, its outcome was not written); and the lease session is alive in pg_stat_activity
+--   with its transaction begun no later than the attempt (xact_start <= started_at: a pid reused by a
+--   later session, or the same session in a later transaction, is not it). So an attempt whose
+--   session crashed (a SIGKILLed worker, a lost connection, an abort) is not in flight as soon as the
+--   server has ended that session; until then (a vanished host: at most the keepalive /
+--   tcp_user_timeout bound or lease_timeout, see docs/guarantees.md) it is still shown.
+--   pg_stat_activity is read once per statement (`live`, materialized), never per row. A role that
+--   cannot see the worker sessions' xact_start (another role's, without pg_read_all_stats) sees no
+--   transaction-lease job in flight.
+-- * jobs of a batch (several jobs claimed in one transaction: `start_batch`) get no attempt row
+--   before each handler: which of them runs is not recorded, so none is shown running; the batch
+--   itself is shown by `batches_in_flight`. A suspect running alone in a batch's transaction has
+--   its own attempt row, and is shown.
+-- The slot name is "<worker name>/<slot number>"; the worker's process (host, pid) comes from its
+-- row in `workers` (the newest one of that name).
+
+-- name: running_now
+-- Every job in flight (see above), by job id, a page at a time: %(after)s is the last id of the
+-- previous page (NULL: the first page), %(limit)s the page size.
+WITH live AS MATERIALIZED (
+SELECT pid, xact_start FROM pg_stat_activity
+ WHERE application_name LIKE 'skiplock-worker%%' AND xact_start IS NOT NULL),
+in_flight AS MATERIALIZED (
+SELECT a.job_id, a.started AS attempt, a.worker AS slot, a.started_at AS since
+  FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
+ WHERE j.state = 'queued' AND a.started > j.attempts
+   AND (a.pending_errors -> -1 ->> 'attempt') IS DISTINCT FROM a.started::text
+   AND EXISTS (SELECT FROM live s WHERE s.pid = a.backend_pid AND s.xact_start <= a.started_at)),
+running AS (
+SELECT f.job_id, 'transaction' AS lease, f.attempt, f.slot, f.since, NULL::timestamptz AS lease_expires_at
+  FROM in_flight f
+UNION ALL
+SELECT j.id, 'claimed', j.attempts, j.worker, j.started_at, j.lease_expires_at
+  FROM {schema}.jobs j
+ WHERE j.state = 'running')
+SELECT r.job_id, j.queue, j.task, r.lease, r.attempt, j.max_attempts,
+       regexp_replace(r.slot, '/[0-9]+$', '') AS worker, substring(r.slot FROM '/([0-9]+)$')::int AS slot,
+       r.since, r.lease_expires_at, w.host, w.pid, w.last_seen, now() AS read_at
+  FROM running r JOIN {schema}.jobs j ON j.id = r.job_id
+       LEFT JOIN LATERAL (SELECT host, pid, last_seen FROM {schema}.workers
+                           WHERE name = regexp_replace(r.slot, '/[0-9]+$', '')
+                           ORDER BY last_seen DESC LIMIT 1) w ON true
+ WHERE (%(after)s::bigint IS NULL OR r.job_id > %(after)s)
+ ORDER BY r.job_id
+ LIMIT %(limit)s;
+
+-- name: list_running_jobs
+-- `list_jobs` for state 'running': the jobs `running_now` lists, newest first, keyset on %(before)s.
+-- Read through the (small) in-flight set, not by scanning the jobs table.
+WITH live AS MATERIALIZED (
+SELECT pid, xact_start FROM pg_stat_activity
+ WHERE application_name LIKE 'skiplock-worker%%' AND xact_start IS NOT NULL),
+in_flight AS MATERIALIZED (
+SELECT a.job_id, a.started AS attempt, a.worker AS slot, a.started_at AS since
+  FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
+ WHERE j.state = 'queued' AND a.started > j.attempts
+   AND (a.pending_errors -> -1 ->> 'attempt') IS DISTINCT FROM a.started::text
+   AND EXISTS (SELECT FROM live s WHERE s.pid = a.backend_pid AND s.xact_start <= a.started_at)),
+ids AS (SELECT job_id AS id FROM in_flight UNION ALL SELECT id FROM {schema}.jobs WHERE state = 'running')
+SELECT j.id, j.queue, j.task, j.args, j.priority, 'running' AS state,
+       greatest(j.attempts, coalesce(a.started, 0)) AS attempts,
+       j.max_attempts, j.run_at, j.created_at, coalesce(f.since, j.started_at) AS started_at, j.finished_at,
+       coalesce(a.pending_errors -> -1 ->> 'error', j.last_error) AS last_error,
+       j.errors || coalesce(a.pending_errors, '[]'::jsonb) AS errors,
+       j.result, coalesce(f.slot, j.worker) AS worker, j.unique_key, j.lease_expires_at
+  FROM {schema}.jobs j LEFT JOIN {schema}.job_attempts a ON a.job_id = j.id
+       LEFT JOIN in_flight f ON f.job_id = j.id
+ WHERE j.id IN (SELECT id FROM ids)
+   AND (j.state = 'running' OR f.job_id IS NOT NULL)
+   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+   AND (%(task)s::text IS NULL OR j.task = %(task)s)
+   AND (%(before)s::bigint IS NULL OR j.id < %(before)s)
+ ORDER BY j.id DESC
+ LIMIT %(limit)s;
+
+-- name: batches_in_flight
+-- Batches whose transaction is open now (their row, written by `start_batch`, is deleted by their
+-- COMMIT; a live session whose transaction began no later than the row is theirs -- the same test as
+-- `running_now`'s): slot, since, and how many of their jobs they still hold (still queued). Which
+-- of those jobs runs at this moment is not recorded. By batch id, keyset on %(after)s.
+WITH live AS MATERIALIZED (
+SELECT pid, xact_start FROM pg_stat_activity
+ WHERE application_name LIKE 'skiplock-worker%%' AND xact_start IS NOT NULL)
+SELECT b.id, regexp_replace(b.worker, '/[0-9]+$', '') AS worker, substring(b.worker FROM '/([0-9]+)$')::int AS slot,
+       b.started_at,
+       (SELECT count(*) FROM {schema}.jobs j WHERE j.id = ANY(b.ids) AND j.state = 'queued') AS jobs
+  FROM {schema}.job_batches b
+ WHERE EXISTS (SELECT FROM live s WHERE s.pid = b.backend_pid AND s.xact_start <= b.started_at)
+   AND (%(after)s::bigint IS NULL OR b.id > %(after)s)
+ ORDER BY b.id
+ LIMIT %(limit)s;
+
+-- name: live_worker_rows
+-- Every worker seen within %(live)s seconds (its row refreshed by `worker_seen`; deleted when it
+-- exits): oldest first, keyset on (started_at, id) after (%(after_started)s, %(after_id)s) -- both
+-- NULL for the first page. With how many jobs each runs now (its slots' names in `running_now`'s
+-- sense: the row's name before "/<slot>"; claimed-lease rows and transaction-lease attempts in flight).
+WITH live AS MATERIALIZED (
+SELECT pid, xact_start FROM pg_stat_activity
+ WHERE application_name LIKE 'skiplock-worker%%' AND xact_start IS NOT NULL),
+in_flight AS MATERIALIZED (
+SELECT a.job_id, a.started AS attempt, a.worker AS slot, a.started_at AS since
+  FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
+ WHERE j.state = 'queued' AND a.started > j.attempts
+   AND (a.pending_errors -> -1 ->> 'attempt') IS DISTINCT FROM a.started::text
+   AND EXISTS (SELECT FROM live s WHERE s.pid = a.backend_pid AND s.xact_start <= a.started_at)),
+slots AS (
+SELECT regexp_replace(slot, '/[0-9]+$', '') AS name FROM in_flight
+UNION ALL
+SELECT regexp_replace(worker, '/[0-9]+$', '') FROM {schema}.jobs WHERE state = 'running'),
+busy AS (SELECT name, count(*) AS n FROM slots GROUP BY name)
+SELECT w.id, w.name, w.host, w.pid, w.tasks, w.queues, w.concurrency, w.started_at, w.last_seen,
+       coalesce(busy.n, 0) AS running, now() AS read_at
+  FROM {schema}.workers w LEFT JOIN busy ON busy.name = w.name
+ WHERE w.last_seen > now() - %(live)s::float8 * interval '1 second'
+   AND (%(after_started)s::timestamptz IS NULL OR (w.started_at, w.id) > (%(after_started)s, %(after_id)s::uuid))
+ ORDER BY w.started_at, w.id
+ LIMIT %(limit)s;
+
+-- name: failure_classes
+-- Failed jobs by queue and error class: the text before the first ':' of last_error's first line
+-- (an exception's type, "Type: message", or skiplock's own reasons: "gave up", "lease expired",
+-- "unknown task ..."), else 'other'. With the newest failure's time. Most frequent first.
+SELECT queue, coalesce(substring(last_error FROM '^([^:\n]{{1,200}}):'), 'other') AS error_class,
+       count(*) AS n, max(finished_at) AS last_failed_at
+  FROM {schema}.jobs
+ WHERE state = 'failed'
+ GROUP BY 1, 2
+ ORDER BY n DESC, 1, 2;
+
+-- name: oldest_ready
+-- Per queue, the queued jobs due now (run_at passed) that are not in flight (see `running_now`; a
+-- transaction-lease job's row still says 'queued' while it runs): how many, and the oldest one's
+-- due time and age (how long the head of the queue has waited). Whether the queue is paused.
+WITH live AS MATERIALIZED (
+SELECT pid, xact_start FROM pg_stat_activity
+ WHERE application_name LIKE 'skiplock-worker%%' AND xact_start IS NOT NULL),
+in_flight AS MATERIALIZED (
+SELECT a.job_id, a.started AS attempt, a.worker AS slot, a.started_at AS since
+  FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
+ WHERE j.state = 'queued' AND a.started > j.attempts
+   AND (a.pending_errors -> -1 ->> 'attempt') IS DISTINCT FROM a.started::text
+   AND EXISTS (SELECT FROM live s WHERE s.pid = a.backend_pid AND s.xact_start <= a.started_at))
+SELECT j.queue, count(*) AS ready, min(j.run_at) AS oldest_run_at, now() - min(j.run_at) AS age,
+       EXISTS (SELECT FROM {schema}.paused_queues p WHERE p.queue = j.queue) AS paused
+  FROM {schema}.jobs j
+ WHERE j.state = 'queued' AND j.run_at <= now()
+   AND NOT EXISTS (SELECT FROM in_flight f WHERE f.job_id = j.id)
+ GROUP BY j.queue
+ ORDER BY j.queue;

@@ -1,0 +1,270 @@
+"""The read model: what is running, who runs it, what failed, what waits -- as typed values, for the
+command line (``skiplock status``, ``jobs``, ``workers``) and a dashboard.
+
+Get it from an App: ``app.read_model``. Every call is one read-only statement (no lock taken, nothing
+written), so it can be polled freely; lists come a page at a time by keyset (:class:`Page`: pass
+``page.cursor`` back as ``after=`` for the next page), never by OFFSET -- rows added or removed
+meanwhile never make a page repeat or skip a row that stayed.
+
+**What "running" means** (:meth:`ReadModel.running_now`, and the ``running`` state of
+``App.get_job``, ``App.list_jobs``, ``App.counts``): a job whose handler is executing now, whichever
+its lease:
+
+- *claimed lease*: the job's row is ``running`` (its claim committed). It stays so until its fenced
+  finishing write, or until the rescuer returns it to the queue once its lease expired: a worker that
+  died is shown running (with ``lease_expires_at`` in the past) for at most ``lease_seconds`` plus the
+  rescuer's interval.
+- *transaction lease*: the row still says ``queued`` (the lease transaction holds its lock and has not
+  committed), but the attempt was recorded before the handler started, on a separate connection,
+  with the lease session's backend pid. The job is running while that attempt has no committed
+  outcome and that session is alive, in the transaction that claimed the job (``xact_start`` no
+  later than the attempt). **Staleness bound:** exact as of the statement for a worker that exits or
+  is killed (its sessions end with it: not shown running, and ``queued`` again, as soon as the server
+  has ended the session); a worker whose host vanishes is shown running until the server ends its
+  session (TCP keepalives / ``tcp_user_timeout``, about 30 s, or ``lease_timeout``).
+- *batches*: jobs claimed together (fast jobs sharing one transaction) record no attempt each, so
+  which one runs is unknown and none of them is shown running; :meth:`ReadModel.batches_in_flight`
+  shows the batch (its slot, since when, how many jobs it still holds).
+
+Server sessions are read from ``pg_stat_activity`` once per statement, never per row; the role reading
+must be able to see the worker sessions' ``xact_start`` (the same role as the workers, or
+``pg_read_all_stats``), else no transaction-lease job shows as running.
+
+**Workers** (:meth:`ReadModel.workers`) are the rows workers write themselves (``worker/presence.py``):
+at start, every ``presence.SEEN_INTERVAL`` seconds, and deleted at exit. A worker that died without
+deleting its row is listed until ``presence.LIVE_SECONDS`` after its last refresh.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Generic, Protocol, Sequence, TypeVar
+
+T = TypeVar("T")
+
+MAX_PAGE = 10_000
+
+
+class ReadBackend(Protocol):
+    """The backend statements the read model reads (see queries.sql, section "the read model")."""
+
+    def counts(self) -> list[tuple[str, str, int]]: ...
+    def running_now(self, after: int | None, limit: int) -> list[tuple[Any, ...]]: ...
+    def batches_in_flight(self, after: int | None, limit: int) -> list[tuple[Any, ...]]: ...
+    def live_worker_rows(self, live_seconds: float, after: tuple[datetime, uuid.UUID] | None,
+                         limit: int) -> list[tuple[Any, ...]]: ...
+    def failure_classes(self) -> list[tuple[Any, ...]]: ...
+    def oldest_ready(self) -> list[tuple[Any, ...]]: ...
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a list. ``cursor``: pass it back as ``after=`` for the next page; None when this
+    page is the last (it came back short)."""
+
+    items: list[T]
+    cursor: str | None
+
+    def __iter__(self) -> Any:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+@dataclass(frozen=True)
+class QueueCount:
+    """How many jobs a queue has in one state (``running`` includes transaction-lease jobs in flight)."""
+
+    queue: str
+    state: str
+    count: int
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A job in flight now (see the module's docstring for exactly when).
+
+    ``worker`` is the worker's name (``host:pid`` unless it was given one) and ``slot`` its slot
+    number; ``host`` and ``pid`` come from that worker's row in the workers table (None for a worker
+    of an older skiplock, or one whose row is gone). ``since``: when this attempt started (the
+    attempt's record for a transaction lease; the claim for a claimed lease). ``lease_expires_at``:
+    claimed lease only -- in the past means its worker stopped renewing it (the rescuer will return it)."""
+
+    job_id: int
+    queue: str
+    task: str
+    lease: str  # "transaction" or "claimed"
+    attempt: int
+    max_attempts: int
+    worker: str | None
+    slot: int | None
+    since: datetime | None
+    lease_expires_at: datetime | None
+    host: str | None
+    pid: int | None
+    worker_last_seen: datetime | None
+    read_at: datetime
+
+    @property
+    def lease_expired(self) -> bool:
+        return self.lease_expires_at is not None and self.lease_expires_at < self.read_at
+
+    @property
+    def running_for(self) -> timedelta | None:
+        return None if self.since is None else self.read_at - self.since
+
+
+@dataclass(frozen=True)
+class BatchInFlight:
+    """A batch whose transaction is open now: ``jobs`` of its jobs are still held (queued, locked);
+    one of them runs, which one is not recorded."""
+
+    batch_id: int
+    worker: str | None
+    slot: int | None
+    since: datetime
+    jobs: int
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A live worker process as it describes itself (its row in the workers table). ``queues`` None:
+    every queue. ``host``/``pid``/``concurrency`` are None for a worker of an older skiplock.
+    ``running``: how many jobs it runs now (see :meth:`ReadModel.running_now`)."""
+
+    id: uuid.UUID
+    name: str
+    host: str | None
+    pid: int | None
+    tasks: list[str]
+    queues: list[str] | None
+    concurrency: int | None
+    started_at: datetime
+    last_seen: datetime
+    running: int
+    read_at: datetime
+
+
+@dataclass(frozen=True)
+class FailureClass:
+    """Failed jobs of a queue with the same error class: the text before the first ``:`` of the
+    error's first line (an exception's type, or skiplock's own reason such as ``gave up``)."""
+
+    queue: str
+    error_class: str
+    count: int
+    last_failed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class QueueAge:
+    """Queued jobs of a queue that are due now and not in flight: how many, and how long the oldest
+    has been due (``age``). ``paused``: nobody claims from the queue now."""
+
+    queue: str
+    ready: int
+    oldest_run_at: datetime
+    age: timedelta
+    paused: bool
+
+
+def _limit(limit: Any) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"limit must be an integer from 1 to {MAX_PAGE}, got {limit!r}")
+    return limit
+
+
+def _cursor(after: Any, what: str) -> Any:
+    """The key a cursor names (as :func:`_make_cursor` wrote it), or a clear error."""
+    if after is None:
+        return None
+    try:
+        kind, key = json.loads(after) if isinstance(after, str) else (None, None)
+    except (ValueError, TypeError):
+        kind, key = None, None
+    if kind != what:
+        raise ValueError(f"not a cursor of {what}: {after!r} (pass back the cursor of a page of {what})")
+    return key
+
+
+def _make_cursor(what: str, key: Any) -> str:
+    return json.dumps([what, key], separators=(",", ":"))
+
+
+class ReadModel:
+    """Read-only views of the queue (see the module's docstring for what each promises)."""
+
+    def __init__(self, backend: ReadBackend, live_seconds: float | None = None):
+        from .worker.presence import LIVE_SECONDS
+
+        self.backend = backend
+        self.live_seconds = LIVE_SECONDS if live_seconds is None else live_seconds
+
+    def counts(self) -> list[QueueCount]:
+        """Jobs by queue and state (one snapshot); ``running`` includes transaction-lease jobs in flight."""
+        return [QueueCount(q, s, n) for q, s, n in self.backend.counts()]
+
+    def running_now(self, *, limit: int = 1000, after: str | None = None) -> Page[RunningJob]:
+        """Every job in flight now, whichever its lease, by job id: a page of at most ``limit``."""
+        key = _cursor(after, "running")
+        if key is not None and (isinstance(key, bool) or not isinstance(key, int)):
+            raise ValueError(f"not a cursor of running: {after!r}")
+        rows = self.backend.running_now(key, _limit(limit))
+        items = [RunningJob(*row) for row in rows]
+        return Page(items, _make_cursor("running", items[-1].job_id) if len(items) == limit else None)
+
+    def batches_in_flight(self, *, limit: int = 1000, after: str | None = None) -> Page[BatchInFlight]:
+        """Batches whose transaction is open now, by batch id (their jobs are not in ``running_now``)."""
+        key = _cursor(after, "batches")
+        if key is not None and (isinstance(key, bool) or not isinstance(key, int)):
+            raise ValueError(f"not a cursor of batches: {after!r}")
+        rows = self.backend.batches_in_flight(key, _limit(limit))
+        items = [BatchInFlight(*row) for row in rows]
+        return Page(items, _make_cursor("batches", items[-1].batch_id) if len(items) == limit else None)
+
+    def workers(self, *, limit: int = 1000, after: str | None = None) -> Page[WorkerInfo]:
+        """Every live worker process (seen within ``live_seconds``), oldest first."""
+        key = _cursor(after, "workers")
+        parsed: tuple[datetime, uuid.UUID] | None = None
+        if key is not None:
+            try:
+                parsed = (datetime.fromisoformat(key[0]), uuid.UUID(key[1]))
+            except (TypeError, ValueError, IndexError, KeyError):
+                raise ValueError(f"not a cursor of workers: {after!r}") from None
+        rows = self.backend.live_worker_rows(self.live_seconds, parsed, _limit(limit))
+        items = [WorkerInfo(row[0], row[1], row[2], row[3], list(row[4]), None if row[5] is None else list(row[5]),
+                            *row[6:]) for row in rows]
+        cursor = None
+        if len(items) == limit:
+            last = items[-1]
+            cursor = _make_cursor("workers", [last.started_at.isoformat(), str(last.id)])
+        return Page(items, cursor)
+
+    def failures(self) -> list[FailureClass]:
+        """Failed jobs by queue and error class, most frequent first."""
+        return [FailureClass(q, c, int(n), at) for q, c, n, at in self.backend.failure_classes()]
+
+    def oldest_ready(self) -> list[QueueAge]:
+        """Per queue with jobs due now: how many wait, and the oldest one's age."""
+        return [QueueAge(q, int(n), oldest, age, bool(paused)) for q, n, oldest, age, paused in
+                self.backend.oldest_ready()]
+
+
+def all_pages(fetch: Any, limit: int = 1000) -> list[Any]:
+    """Every item of a paged list: ``fetch(limit=..., after=...)`` called until a page comes back short."""
+    out: list[Any] = []
+    after: str | None = None
+    while True:
+        page = fetch(limit=limit, after=after)
+        out.extend(page.items)
+        if page.cursor is None:
+            return out
+        after = page.cursor
+
+
+__all__: Sequence[str] = ("Page", "QueueCount", "RunningJob", "BatchInFlight", "WorkerInfo", "FailureClass",
+                          "QueueAge", "ReadModel", "all_pages")
