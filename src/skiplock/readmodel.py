@@ -21,7 +21,10 @@ its lease:
   later than the attempt). **Staleness bound:** exact as of the statement for a worker that exits or
   is killed (its sessions end with it: not shown running, and ``queued`` again, as soon as the server
   has ended the session); a worker whose host vanishes is shown running until the server ends its
-  session (TCP keepalives / ``tcp_user_timeout``, about 30 s, or ``lease_timeout``).
+  session (TCP keepalives / ``tcp_user_timeout``, about 30 s, or ``lease_timeout``). "Running" starts
+  when the attempt is recorded, just before the handler (a suspect -- a job whose last run never
+  finished -- is shown running while it waits for its process's other handlers to finish, holding
+  its lock, before it runs alone) and lasts until its outcome commits.
 - *batches*: jobs claimed together (fast jobs sharing one transaction) record no attempt each, so
   which one runs is unknown and none of them is shown running; :meth:`ReadModel.batches_in_flight`
   shows the batch (its slot, since when, how many jobs it still holds).

@@ -60,11 +60,15 @@ def cli(dsn: str, *args: str) -> str:
     return result.stdout
 
 
+def rows_of(output: str) -> list[list[str]]:
+    """The cells of every rich table row in ``output``."""
+    return [[c.strip() for c in line.strip().strip("│┃").split("│")] for line in output.splitlines() if "│" in line]
+
+
 def row_of(output: str, first_cell: str) -> list[str]:
-    """The cells of the rich table row whose first cell is ``first_cell``."""
-    for line in output.splitlines():
-        cells = [c.strip() for c in line.strip().strip("│┃").split("│")]
-        if cells and cells[0] == first_cell:
+    """The cells of the first rich table row whose first cell is ``first_cell``."""
+    for cells in rows_of(output):
+        if cells[0] == first_cell:
             return cells
     raise AssertionError(f"no table row starting with {first_cell!r} in:\n{output}")
 
@@ -117,6 +121,8 @@ def test_a_transaction_lease_job_in_flight_is_running_everywhere_and_queued_agai
     assert cells[1:5] == ["default", "hold", "transaction", "1/5"] and str(worker.pid) in status
     workers = cli(dsn, "workers")
     assert str(worker.pid) in row_of(workers, running.worker)
+    [info] = app.read_model.workers().items
+    assert (info.pid, info.running, info.concurrency, info.queues) == (worker.pid, 1, 2, ["default"])
 
     worker.signal(signal.SIGKILL)
     worker.wait()
@@ -226,7 +232,7 @@ def test_jobs_of_a_batch_not_started_yet_are_not_running_and_the_batch_is_shown(
         thread.join(30)
 
 
-def test_failures_by_error_class_and_the_oldest_ready_job_per_queue(app, db):
+def test_failures_by_error_class_and_the_oldest_ready_job_per_queue(app, db, dsn):
     @app.task(name="fail_with")
     def fail_with(job: Any, kind: str) -> None:
         raise {"ValueError": ValueError, "KeyError": KeyError}[kind]("on purpose")
@@ -237,6 +243,9 @@ def test_failures_by_error_class_and_the_oldest_ready_job_per_queue(app, db):
     failures = [(f.queue, f.error_class, f.count) for f in app.read_model.failures()]
     assert failures == [("default", "ValueError", 3), ("default", "KeyError", 1)]
     assert all(f.last_failed_at is not None for f in app.read_model.failures())
+    status = cli(dsn, "status")
+    assert "Failed jobs by error class" in status
+    assert ["default", "ValueError", "3"] in [cells[:3] for cells in rows_of(status)], status
 
     old = app.enqueue("fail_with", {"kind": "KeyError"}, queue="q1")
     app.enqueue("fail_with", {"kind": "KeyError"}, queue="q1")
@@ -246,6 +255,10 @@ def test_failures_by_error_class_and_the_oldest_ready_job_per_queue(app, db):
     [q1] = app.read_model.oldest_ready()
     assert (q1.queue, q1.ready, q1.paused) == ("q1", 2, True)
     assert q1.age.total_seconds() >= 3600
+    status = cli(dsn, "status")
+    assert "Ready to run" in status
+    assert any(cells[:2] == ["q1", "2"] and cells[2].startswith("1h") and "(paused)" in cells[2]
+               for cells in rows_of(status)), status
 
 
 def test_list_jobs_pages_by_keyset_return_every_job_once_while_jobs_are_inserted(app, dsn):
