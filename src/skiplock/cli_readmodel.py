@@ -14,6 +14,8 @@ from .readmodel import all_pages
 
 # `skiplock status` shows this many running jobs; `skiplock jobs --state running` lists them all.
 STATUS_RUNNING_ROWS = 50
+# `skiplock status` shows the failures of this last stretch of time.
+STATUS_FAILURES_WITHIN = timedelta(hours=24)
 
 
 def _when(value: datetime | None) -> str:
@@ -49,12 +51,12 @@ def print_waiting(app: App) -> None:
     console.print(table)
 
 
-def print_failures(app: App) -> None:
-    """Failed jobs by queue and error class."""
-    failures = app.read_model.failures()
+def print_failures(app: App, within: timedelta = STATUS_FAILURES_WITHIN) -> None:
+    """Jobs failed recently, by queue and error class."""
+    failures = app.read_model.failures(since=within)
     if not failures:
         return
-    table = Table(title="Failed jobs by error class")
+    table = Table(title=f"Failed jobs by error class (last {within.total_seconds() / 3600:g} h)")
     for col in ("queue", "error class", "failed", "last"):
         table.add_column(col)
     for f in failures:

@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, Protocol, Sequence, TypeVar
 
 T = TypeVar("T")
@@ -59,7 +59,7 @@ class ReadBackend(Protocol):
     def batches_in_flight(self, after: int | None, limit: int) -> list[tuple[Any, ...]]: ...
     def live_worker_rows(self, live_seconds: float, after: tuple[datetime, uuid.UUID] | None,
                          limit: int) -> list[tuple[Any, ...]]: ...
-    def failure_classes(self) -> list[tuple[Any, ...]]: ...
+    def failure_classes(self, since: datetime | None = None) -> list[tuple[Any, ...]]: ...
     def oldest_ready(self) -> list[tuple[Any, ...]]: ...
 
 
@@ -247,9 +247,14 @@ class ReadModel:
             cursor = _make_cursor("workers", [last.started_at.isoformat(), str(last.id)])
         return Page(items, cursor)
 
-    def failures(self) -> list[FailureClass]:
-        """Failed jobs by queue and error class, most frequent first."""
-        return [FailureClass(q, c, int(n), at) for q, c, n, at in self.backend.failure_classes()]
+    def failures(self, since: datetime | timedelta | None = None) -> list[FailureClass]:
+        """Failed jobs by queue and error class, most frequent first: every failed job still kept, or
+        those that failed since ``since`` (a time, or how long ago)."""
+        if isinstance(since, timedelta):
+            since = datetime.now(timezone.utc) - since
+        if since is not None and (not isinstance(since, datetime) or since.tzinfo is None):
+            raise ValueError(f"since must be a timedelta or a datetime with a time zone, got {since!r}")
+        return [FailureClass(q, c, int(n), at) for q, c, n, at in self.backend.failure_classes(since)]
 
     def oldest_ready(self) -> list[QueueAge]:
         """Per queue with jobs due now: how many wait, and the oldest one's age."""

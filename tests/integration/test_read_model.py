@@ -11,6 +11,7 @@ import subprocess
 import threading
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -243,9 +244,14 @@ def test_failures_by_error_class_and_the_oldest_ready_job_per_queue(app, db, dsn
     failures = [(f.queue, f.error_class, f.count) for f in app.read_model.failures()]
     assert failures == [("default", "ValueError", 3), ("default", "KeyError", 1)]
     assert all(f.last_failed_at is not None for f in app.read_model.failures())
+    # by time: one failure two days old is left out of the last day's (and of status's)
+    db.execute("UPDATE skiplock.jobs SET finished_at = now() - interval '2 days' WHERE id = "
+               "(SELECT min(id) FROM skiplock.jobs WHERE last_error LIKE 'ValueError%%')")
+    recent = [(f.queue, f.error_class, f.count) for f in app.read_model.failures(since=timedelta(days=1))]
+    assert recent == [("default", "ValueError", 2), ("default", "KeyError", 1)]
     status = cli(dsn, "status")
-    assert "Failed jobs by error class" in status
-    assert ["default", "ValueError", "3"] in [cells[:3] for cells in rows_of(status)], status
+    assert "Failed jobs by error class (last 24 h)" in status
+    assert ["default", "ValueError", "2"] in [cells[:3] for cells in rows_of(status)], status
 
     old = app.enqueue("fail_with", {"kind": "KeyError"}, queue="q1")
     app.enqueue("fail_with", {"kind": "KeyError"}, queue="q1")

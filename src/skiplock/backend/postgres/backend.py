@@ -706,8 +706,8 @@ class PostgresBackend:
         return [tuple(r) for r in self._all("live_worker_rows", {"live": live_seconds, "after_started": started,
                                                                  "after_id": worker_id, "limit": limit})]
 
-    def failure_classes(self) -> list[tuple[Any, ...]]:
-        return [tuple(r) for r in self._all("failure_classes", {})]
+    def failure_classes(self, since: datetime | None = None) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in self._all("failure_classes", {"since": since})]
 
     def oldest_ready(self) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in self._all("oldest_ready", {})]

@@ -908,11 +908,12 @@ SELECT w.id, w.name, w.host, w.pid, w.tasks, w.queues, w.concurrency, w.started_
 -- name: failure_classes
 -- Failed jobs by queue and error class: the text before the first ':' of last_error's first line
 -- (an exception's type, "Type: message", or skiplock's own reasons: "gave up", "lease expired",
--- "unknown task ..."), else 'other'. With the newest failure's time. Most frequent first.
+-- "unknown task ..."), else 'other'. With the newest failure's time. Most frequent first. Only those
+-- failed since %(since)s if given (jobs_finished_idx: a range of finished_at, not every failed job kept).
 SELECT queue, coalesce(substring(last_error FROM '^([^:\n]{{1,200}}):'), 'other') AS error_class,
        count(*) AS n, max(finished_at) AS last_failed_at
   FROM {schema}.jobs
- WHERE state = 'failed'
+ WHERE state = 'failed' AND (%(since)s::timestamptz IS NULL OR finished_at >= %(since)s)
  GROUP BY 1, 2
  ORDER BY n DESC, 1, 2;
 
