@@ -21,8 +21,8 @@ from .retry import MAX_DELAY, RetryPolicy, as_policy, check_delay  # noqa: F401 
 
 if TYPE_CHECKING:
     from .maintenance.periodic import Schedule
-    from .readmodel import ReadModel
     from .outbox import Outbox, Relay
+    from .readmodel import ReadModel
     from .worker import Worker
 
 FINISHED = (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
