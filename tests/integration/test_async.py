@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+from datetime import datetime, timezone
 
 import psycopg
+import pytest
 
 import skiplock
+from skiplock.backend.postgres.backend import KEYED_ATTEMPTS
 
 
 def test_async_app_end_to_end(dsn, db):
@@ -77,3 +80,191 @@ def test_async_enqueue_many_on_async_connection_checks_items_like_the_sync_api(d
 
     asyncio.run(main())
     assert db.execute("SELECT count(*) FROM skiplock.jobs").fetchone()[0] == 1500
+
+
+# ---- the async enqueue on an AsyncConnection decides as the sync one: same errors, same retries ----
+
+HUGE = {"blob": "x" * 300}  # over the max_args_bytes=200 of the apps below
+_AWARE = datetime(2030, 1, 1, tzinfo=timezone.utc)
+_NAIVE = datetime(2030, 1, 1)
+
+
+def _sync_and_async(dsn, call, *, setup=None, max_args_bytes=200):
+    """Run ``call(app_or_aapp, conn)`` through App on a psycopg Connection and through AsyncApp on an
+    AsyncConnection (each in an open transaction, rolled back after); returns both outcomes:
+    ("ok", what the jobs look like) or ("error", type, message, existing_id), and checks that each
+    caller's transaction is still usable after a refusal and holds nothing of the call."""
+
+    def outcome_of(exc, rows):
+        if exc is None:
+            return ("ok", rows)
+        message = str(exc)
+        if isinstance(exc, TypeError):  # Python's own signature error names the method called
+            message = message.replace("AsyncApp.", "App.")
+        return ("error", type(exc), message, getattr(exc, "existing_id", "-"))
+
+    jobs_sql = "SELECT task, queue, args, priority, max_attempts, unique_key FROM skiplock.jobs ORDER BY id"
+    app = skiplock.App(dsn, max_args_bytes=max_args_bytes)
+    try:
+        if setup:
+            setup(app)
+        with psycopg.connect(dsn) as conn:
+            before = conn.execute(jobs_sql).fetchall()
+            try:
+                call(app, conn)
+                exc = None
+            except Exception as caught:  # noqa: BLE001 - compared below
+                exc = caught
+            rows = conn.execute(jobs_sql).fetchall()  # the transaction is still usable
+            if exc is not None:
+                assert rows == before, "a refused enqueue left rows in the caller's transaction"
+            sync = outcome_of(exc, rows)
+            conn.rollback()
+    finally:
+        app.close()
+
+    async def main():
+        aapp = skiplock.AsyncApp(dsn, max_args_bytes=max_args_bytes)
+        try:
+            if setup:
+                await asyncio.to_thread(setup, aapp.app)
+            async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+                before = await (await aconn.execute(jobs_sql)).fetchall()
+                try:
+                    result = call(aapp, aconn)
+                    if asyncio.iscoroutine(result):
+                        await result
+                    exc = None
+                except Exception as caught:  # noqa: BLE001 - compared below
+                    exc = caught
+                rows = await (await aconn.execute(jobs_sql)).fetchall()
+                if exc is not None:
+                    assert rows == before, "a refused async enqueue left rows in the caller's transaction"
+                await aconn.rollback()
+                return outcome_of(exc, rows)
+        finally:
+            await aapp.close()
+
+    return sync, asyncio.run(main())
+
+
+def _holder(app):
+    app.enqueue("t", unique_key="held")  # committed: a queued job holding the key
+
+
+BAD_ENQUEUE = {
+    "unknown option": (lambda a, c: a.enqueue("t", {}, conn=c, bogus=1), None),
+    "non-JSON args (NaN)": (lambda a, c: a.enqueue("t", {"x": float("nan")}, conn=c), None),
+    "args not serialisable": (lambda a, c: a.enqueue("t", {"x": object()}, conn=c), None),
+    "args not a mapping": (lambda a, c: a.enqueue("t", [1, 2], conn=c), None),
+    "args with a NUL": (lambda a, c: a.enqueue("t", {"x": "a\x00b"}, conn=c), None),
+    "too-large args": (lambda a, c: a.enqueue("t", HUGE, conn=c), None),
+    "queue with a NUL": (lambda a, c: a.enqueue("t", {}, queue="q\x00; drop table jobs", conn=c), None),
+    "queue with a lone surrogate": (lambda a, c: a.enqueue("t", {}, queue="q\udcff", conn=c), None),
+    "queue too long": (lambda a, c: a.enqueue("t", {}, queue="q" * 201, conn=c), None),
+    "task empty": (lambda a, c: a.enqueue("", {}, conn=c), None),
+    "task not text": (lambda a, c: a.enqueue(42, {}, conn=c), None),
+    "priority a bool": (lambda a, c: a.enqueue("t", {}, priority=True, conn=c), None),
+    "max_attempts zero": (lambda a, c: a.enqueue("t", {}, max_attempts=0, conn=c), None),
+    "run_at and delay": (lambda a, c: a.enqueue("t", {}, delay=1, run_at=_AWARE, conn=c), None),
+    "naive run_at": (lambda a, c: a.enqueue("t", {}, run_at=_NAIVE, conn=c), None),
+    "bad on_conflict": (lambda a, c: a.enqueue("t", {}, on_conflict="ignore", conn=c), None),
+    "unique key with a NUL": (lambda a, c: a.enqueue("t", {}, unique_key="k\x00", conn=c), None),
+    "unique conflict, raise": (lambda a, c: a.enqueue("t", {}, unique_key="held", on_conflict="raise", conn=c),
+                               _holder),
+    "unique conflict, return": (lambda a, c: a.enqueue("t", {}, unique_key="held", conn=c), _holder),
+    "unknown task (accepted)": (lambda a, c: a.enqueue("nobody.registers.this", {"a": 1}, queue="q", conn=c), None),
+    "many: a bad item": (lambda a, c: a.enqueue_many([("t", {}), ("t", {"x": float("inf")})], conn=c), None),
+    "many: too-large item": (lambda a, c: a.enqueue_many([("t", {}), ("t", HUGE)], conn=c), None),
+    "many: hostile queue": (lambda a, c: a.enqueue_many([("t", {}, {"queue": "\x00"})], conn=c), None),
+    "many: unknown item option": (lambda a, c: a.enqueue_many([("t", {}, {"bogus": 1})], conn=c), None),
+    "many: not an item": (lambda a, c: a.enqueue_many(["t"], conn=c), None),
+    "many: same key twice, raise": (lambda a, c: a.enqueue_many(
+        [("t", {}, {"unique_key": "k"}), ("t", {}, {"unique_key": "k", "on_conflict": "raise"})], conn=c), None),
+    "many: key held, raise": (lambda a, c: a.enqueue_many(
+        [("t", {}), ("t", {}, {"unique_key": "held", "on_conflict": "raise"})], conn=c), _holder),
+    "many: key held, return": (lambda a, c: a.enqueue_many(
+        [("t", {}, {"unique_key": "held"}), ("t", {"i": 1})], conn=c), _holder),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ENQUEUE))
+def test_async_enqueue_on_async_connection_raises_what_the_sync_enqueue_raises(dsn, case):
+    call, setup = BAD_ENQUEUE[case]
+    sync, async_ = _sync_and_async(dsn, call, setup=setup)
+    assert async_ == sync
+    if case.endswith("(accepted)") or case.endswith("return"):
+        assert sync[0] == "ok"
+    else:
+        assert sync[0] == "error" and issubclass(sync[1], (skiplock.InvalidJob, skiplock.DuplicateJob, TypeError))
+
+
+CONTESTED = """
+CREATE SEQUENCE tries;
+CREATE FUNCTION skip_contested() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM nextval('tries'); RETURN NULL; END $$;
+CREATE TRIGGER skip_contested BEFORE INSERT ON skiplock.jobs FOR EACH ROW
+  WHEN (NEW.unique_key = 'contested') EXECUTE FUNCTION skip_contested();
+"""
+
+
+@pytest.mark.parametrize("call", [
+    lambda a, c: a.enqueue("t", {}, unique_key="contested", conn=c),
+    lambda a, c: a.enqueue_many([("t", {}), ("t", {}, {"unique_key": "contested"})], conn=c),
+], ids=["enqueue", "enqueue_many"])
+def test_async_enqueue_gives_up_on_a_contested_key_after_the_same_attempts_as_sync(dsn, db, call):
+    """A key whose holder is never there to be read (a trigger skips the insert: each attempt finds a
+    conflict-free insert that inserted nothing and no holder) -- the case of a holder that finishes
+    between our conflict and our lookup, every time. Both paths try the same number of times, then
+    raise the same DatabaseUnavailable; the caller's transaction stays usable."""
+    db.execute(CONTESTED)
+    sync, async_ = _sync_and_async(dsn, call)
+    assert sync[0] == "error" and sync[1] is skiplock.DatabaseUnavailable
+    assert "kept changing hands" in sync[2]
+    assert async_ == sync
+    fired = db.execute("SELECT last_value FROM tries").fetchone()[0]
+    assert fired == 2 * KEYED_ATTEMPTS, "each path makes KEYED_ATTEMPTS attempts"
+
+
+def test_async_enqueue_on_async_connection_with_the_apps_server_down_raises_database_unavailable(dsn, tmp_path):
+    """The app's own database is unreachable (its pool checks the schema first) while the caller's
+    connection works: both paths raise the same DatabaseUnavailable, nothing written."""
+    dead = f"host={tmp_path} port=1 dbname=nothing connect_timeout=2"
+
+    async def run_async():
+        aapp = skiplock.AsyncApp(dead, connect_timeout=1)
+        async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+            try:
+                await aapp.enqueue("t", {}, conn=aconn)
+            except skiplock.DatabaseUnavailable as exc:
+                return str(exc)
+        raise AssertionError("expected DatabaseUnavailable")
+
+    app = skiplock.App(dead, connect_timeout=1)
+    with psycopg.connect(dsn) as conn:
+        try:
+            app.enqueue("t", {}, conn=conn)
+        except skiplock.DatabaseUnavailable as exc:
+            sync = str(exc)
+        else:
+            raise AssertionError("expected DatabaseUnavailable")
+    assert asyncio.run(run_async()) == sync
+
+
+def test_sync_enqueue_on_an_async_connection_is_refused_clearly(dsn, app):
+    """App.enqueue / enqueue_many given an AsyncConnection: a TypeError pointing at the asyncio API
+    (not a coroutine that is never awaited), nothing sent."""
+
+    async def main():
+        async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+            for call in (lambda: app.enqueue("t", {}, conn=aconn),
+                         lambda: app.enqueue("t", {}, unique_key="k", conn=aconn),
+                         lambda: app.enqueue_many([("t", {})] * 3, conn=aconn),
+                         lambda: app.enqueue_many([("t", {})] * 1000, conn=aconn),
+                         lambda: app.enqueue_many([("t", {}, {"unique_key": "k"})], conn=aconn)):
+                with pytest.raises(TypeError, match=r"AsyncConnection needs the asyncio API: `await skiplock.AsyncApp"):
+                    call()
+            assert aconn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # nothing was sent
+
+    asyncio.run(main())
+    assert app.counts() == []
