@@ -199,3 +199,59 @@ def test_drain_only_the_queues_asked_for(shop):
     assert sl.drain(shop, queues=["mail"]).done == 1
     assert shop.get_job(receipt).state == "done" and shop.get_job(order).state == "queued"
     assert sl.drain(shop, ["orders", "mail"], concurrency=2).done == 2  # the order, then its receipt
+
+
+# ---- the documented examples (README.md, docs/testing.md) run as written ----------------------------
+
+
+def test_the_readme_example(app, db):
+    db.execute("CREATE TABLE sent (addr text)")
+
+    @app.task(name="send_welcome_email", queue="default", max_attempts=5)
+    def send_welcome_email(job, to):
+        job.conn.execute("insert into sent(addr) values (%s)", [to])
+
+    with sl.rolled_back(app) as conn:
+        sl.run_inline(app, "send_welcome_email", {"to": "a@example.com"}, conn=conn)
+        assert conn.execute("select addr from sent").fetchall() == [("a@example.com",)]
+        app.enqueue("send_welcome_email", {"to": "b@example.com"}, conn=conn)
+        sl.assert_enqueued(app, task="send_welcome_email", conn=conn)
+
+    app.enqueue("send_welcome_email", {"to": "c@example.com"})
+    assert sl.drain(app).done == 1
+    assert db.execute("SELECT addr FROM sent").fetchall() == [("c@example.com",)]
+
+
+def test_the_docs_testing_examples(app, db):
+    db.execute("CREATE TABLE users (email text)")
+
+    @app.task(name="signup")
+    def signup(job, email):
+        job.conn.execute("insert into users(email) values (%s)", [email])
+        app.enqueue("send_welcome_email", {"to": email}, conn=job.conn)
+        return {"email": email}
+
+    @app.task(name="send_welcome_email", queue="mail")
+    def send_welcome_email(job, to):
+        pass
+
+    with sl.rolled_back(app) as conn:
+        result = sl.run_inline(app, "signup", {"email": "a@example.com"}, conn=conn)
+        assert result == {"email": "a@example.com"}
+        assert conn.execute("select email from users").fetchall() == [("a@example.com",)]
+        sl.assert_enqueued(app, task="send_welcome_email", args={"to": "a@example.com"}, queue="mail", conn=conn)
+        sl.assert_enqueued(app, task="signup", state="done", conn=conn)
+        app.enqueue("signup", {"email": "c@example.com"}, conn=conn)
+        with pytest.raises(AssertionError) as shown:
+            sl.assert_enqueued(app, task="send_welcome_email", args={"to": "b@example.com"}, conn=conn)
+        first, *listed = str(shown.value).splitlines()
+        assert first == ("expected a queued job with task='send_welcome_email', args={'to': 'b@example.com'}; "
+                         "none matches; queued jobs (2):")
+        assert [line.split(" ", 3)[3] for line in listed] == [
+            "send_welcome_email queue='mail' args={'to': 'a@example.com'}",
+            "signup queue='default' args={'email': 'c@example.com'}"]
+    assert db.execute("SELECT count(*) FROM users").fetchone()[0] == 0
+
+    app.enqueue("signup", {"email": "a@example.com"})
+    stats = sl.drain(app)
+    assert (stats.done, stats.failed) == (2, 0)
