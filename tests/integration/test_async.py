@@ -89,63 +89,87 @@ _AWARE = datetime(2030, 1, 1, tzinfo=timezone.utc)
 _NAIVE = datetime(2030, 1, 1)
 
 
-def _sync_and_async(dsn, call, *, setup=None, max_args_bytes=200):
-    """Run ``call(app_or_aapp, conn)`` through App on a psycopg Connection and through AsyncApp on an
-    AsyncConnection (each in an open transaction, rolled back after); returns both outcomes:
-    ("ok", what the jobs look like) or ("error", type, message, existing_id), and checks that each
-    caller's transaction is still usable after a refusal and holds nothing of the call."""
+MODES = ("in transaction", "idle", "autocommit")
+JOBS_SQL = "SELECT id, task, queue, args, priority, max_attempts, unique_key FROM skiplock.jobs ORDER BY id"
 
-    def outcome_of(exc, rows):
-        if exc is None:
-            return ("ok", rows)
+
+def _sync_and_async(dsn, call, *, setup=None, mode="in transaction", max_args_bytes=200):
+    """Run ``call(app_or_aapp, conn)`` through App on a psycopg Connection and through AsyncApp on an
+    AsyncConnection, the caller's connection in ``mode`` (a transaction open, none open yet, or
+    autocommit); returns both outcomes: ("ok" or ("error", type, message, existing_id), the caller's
+    transaction status after the call, the jobs the call added as the caller sees them). After a
+    refusal, the caller's connection is usable and holds nothing of the call. Whatever the call
+    wrote is removed before the next run."""
+
+    def outcome(exc, returned, before, status, added):
+        if exc is None:  # ids of jobs that existed before the call (a key's holder) as they are
+            ids = returned if isinstance(returned, list) else [returned]
+            return (("ok", [i if i in before else "new" for i in ids]), status.name, added)
         message = str(exc)
         if isinstance(exc, TypeError):  # Python's own signature error names the method called
             message = message.replace("AsyncApp.", "App.")
-        return ("error", type(exc), message, getattr(exc, "existing_id", "-"))
+        return (("error", type(exc), message, getattr(exc, "existing_id", "-")), status.name, added)
 
-    jobs_sql = "SELECT task, queue, args, priority, max_attempts, unique_key FROM skiplock.jobs ORDER BY id"
-    app = skiplock.App(dsn, max_args_bytes=max_args_bytes)
-    try:
-        if setup:
-            setup(app)
-        with psycopg.connect(dsn) as conn:
-            before = conn.execute(jobs_sql).fetchall()
-            try:
-                call(app, conn)
-                exc = None
-            except Exception as caught:  # noqa: BLE001 - compared below
-                exc = caught
-            rows = conn.execute(jobs_sql).fetchall()  # the transaction is still usable
-            if exc is not None:
-                assert rows == before, "a refused enqueue left rows in the caller's transaction"
-            sync = outcome_of(exc, rows)
-            conn.rollback()
-    finally:
-        app.close()
+    def added(before, rows):
+        return [r[1:] for r in rows if r[0] not in before]  # without ids: they differ between the runs
 
-    async def main():
-        aapp = skiplock.AsyncApp(dsn, max_args_bytes=max_args_bytes)
+    with psycopg.connect(dsn, autocommit=True) as observer:
+        def committed():
+            return {r[0] for r in observer.execute(JOBS_SQL)}
+
+        def forget(before):  # what an autocommit run committed
+            observer.execute("DELETE FROM skiplock.jobs WHERE NOT (id = ANY(%s))", [list(before)])
+
+        app = skiplock.App(dsn, max_args_bytes=max_args_bytes)
         try:
             if setup:
-                await asyncio.to_thread(setup, aapp.app)
-            async with await psycopg.AsyncConnection.connect(dsn) as aconn:
-                before = await (await aconn.execute(jobs_sql)).fetchall()
+                setup(app)
+            before = committed()
+            with psycopg.connect(dsn, autocommit=mode == "autocommit") as conn:
+                if mode == "in transaction":
+                    conn.execute("SELECT 1")
+                returned = None
                 try:
-                    result = call(aapp, aconn)
-                    if asyncio.iscoroutine(result):
-                        await result
+                    returned = call(app, conn)
                     exc = None
                 except Exception as caught:  # noqa: BLE001 - compared below
                     exc = caught
-                rows = await (await aconn.execute(jobs_sql)).fetchall()
-                if exc is not None:
-                    assert rows == before, "a refused async enqueue left rows in the caller's transaction"
-                await aconn.rollback()
-                return outcome_of(exc, rows)
+                status = conn.info.transaction_status
+                rows = conn.execute(JOBS_SQL).fetchall()  # the connection is still usable
+                sync = outcome(exc, returned, before, status, added(before, rows))
+                conn.rollback()
+            forget(before)
         finally:
-            await aapp.close()
+            app.close()
 
-    return sync, asyncio.run(main())
+        async def main():
+            aapp = skiplock.AsyncApp(dsn, max_args_bytes=max_args_bytes)
+            try:
+                if setup:
+                    await asyncio.to_thread(setup, aapp.app)
+                before = committed()
+                async with await psycopg.AsyncConnection.connect(dsn, autocommit=mode == "autocommit") as aconn:
+                    if mode == "in transaction":
+                        await aconn.execute("SELECT 1")
+                    returned = None
+                    try:
+                        returned = await call(aapp, aconn)
+                        exc = None
+                    except Exception as caught:  # noqa: BLE001 - compared below
+                        exc = caught
+                    status = aconn.info.transaction_status
+                    rows = await (await aconn.execute(JOBS_SQL)).fetchall()
+                    await aconn.rollback()
+                forget(before)
+                return outcome(exc, returned, before, status, added(before, rows))
+            finally:
+                await aapp.close()
+
+        async_ = asyncio.run(main())
+    for result in (sync, async_):
+        if result[0][0] != "ok":
+            assert result[2] == [], f"a refused enqueue left rows in the caller's transaction: {result}"
+    return sync, async_
 
 
 def _holder(app):
@@ -188,15 +212,18 @@ BAD_ENQUEUE = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(BAD_ENQUEUE))
-def test_async_enqueue_on_async_connection_raises_what_the_sync_enqueue_raises(dsn, case):
+@pytest.mark.parametrize("case,mode", [(case, mode) for case in sorted(BAD_ENQUEUE) for mode in MODES
+                                       if mode == MODES[0] or "key" in case or "unique" in case])
+def test_async_enqueue_on_async_connection_raises_what_the_sync_enqueue_raises(dsn, case, mode):
     call, setup = BAD_ENQUEUE[case]
-    sync, async_ = _sync_and_async(dsn, call, setup=setup)
+    sync, async_ = _sync_and_async(dsn, call, setup=setup, mode=mode)
     assert async_ == sync
     if case.endswith("(accepted)") or case.endswith("return"):
-        assert sync[0] == "ok"
+        assert sync[0][0] == "ok"
+        assert ("new" in sync[0][1]) == bool(sync[2])  # what it created is what the caller sees
     else:
-        assert sync[0] == "error" and issubclass(sync[1], (skiplock.InvalidJob, skiplock.DuplicateJob, TypeError))
+        assert sync[0][0] == "error"
+        assert issubclass(sync[0][1], (skiplock.InvalidJob, skiplock.DuplicateJob, TypeError))
 
 
 CONTESTED = """
@@ -218,12 +245,14 @@ def test_async_enqueue_gives_up_on_a_contested_key_after_the_same_attempts_as_sy
     between our conflict and our lookup, every time. Both paths try the same number of times, then
     raise the same DatabaseUnavailable; the caller's transaction stays usable."""
     db.execute(CONTESTED)
-    sync, async_ = _sync_and_async(dsn, call)
-    assert sync[0] == "error" and sync[1] is skiplock.DatabaseUnavailable
-    assert "kept changing hands" in sync[2]
-    assert async_ == sync
-    fired = db.execute("SELECT last_value FROM tries").fetchone()[0]
-    assert fired == 2 * KEYED_ATTEMPTS, "each path makes KEYED_ATTEMPTS attempts"
+    fired = 0
+    for mode in MODES:
+        sync, async_ = _sync_and_async(dsn, call, mode=mode)
+        assert sync[0][:2] == ("error", skiplock.DatabaseUnavailable) and "kept changing hands" in sync[0][2]
+        assert async_ == sync
+        tries = db.execute("SELECT last_value FROM tries").fetchone()[0]
+        assert tries - fired == 2 * KEYED_ATTEMPTS, f"{mode}: each path makes KEYED_ATTEMPTS attempts"
+        fired = tries
 
 
 def test_async_enqueue_on_async_connection_with_the_apps_server_down_raises_database_unavailable(dsn, tmp_path):
