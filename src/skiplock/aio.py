@@ -32,7 +32,9 @@ class AsyncApp:
     """``AsyncApp(dsn=...)`` or ``AsyncApp(app=existing_app)``; register tasks with ``@aapp.task``.
 
     Every method is :class:`App`'s, as a coroutine (``task`` and ``periodic`` register, as App's
-    do); see App for what each promises."""
+    do); see App for what each promises. What configures or builds objects (``configure``,
+    ``worker``, ``relay``, ``get_task``, ``dsn``, ``backend``) is on ``aapp.app``; ``run_worker``
+    runs a worker from asyncio."""
 
     def __init__(self, dsn: str | None = None, *, app: App | None = None, **options: Any):
         self.app = app if app is not None else App(dsn, **options)
@@ -119,6 +121,14 @@ class AsyncApp:
     async def counts(self) -> list[tuple[str, str, int]]:
         """:meth:`App.counts`."""
         return await asyncio.to_thread(self.app.counts)
+
+    async def live_workers(self) -> int:
+        """:meth:`App.live_workers`."""
+        return await asyncio.to_thread(self.app.live_workers)
+
+    async def untakeable_jobs(self) -> list[tuple[str, str, int]]:
+        """:meth:`App.untakeable_jobs`."""
+        return await asyncio.to_thread(self.app.untakeable_jobs)
 
     # ---- lifecycle -----------------------------------------------------------------------------
 

@@ -16,14 +16,25 @@ from skiplock.aio import AsyncApp
 ROOT = Path(__file__).resolve().parents[2]
 
 # The App methods AsyncApp offers as coroutines (same parameters), and the ones it offers as they are.
-COROUTINES = ("migrate", "check", "enqueue", "enqueue_many", "get_job", "list_jobs", "counts", "cancel_job",
-              "retry_job", "retry_failed", "pause_queue", "resume_queue", "queues", "wait", "prune", "close")
-PLAIN = ("task", "periodic")
+COROUTINES = ("migrate", "check", "enqueue", "enqueue_many", "get_job", "list_jobs", "counts", "live_workers",
+              "untakeable_jobs", "cancel_job", "retry_job", "retry_failed", "pause_queue", "resume_queue", "queues",
+              "wait", "prune", "close")
+PLAIN = ("task", "periodic", "outbox")
+# App members that configure or build objects, reached as ``aapp.app.<name>`` (``run_worker`` runs a worker).
+ON_APP_ONLY = ("configure", "dsn", "backend", "get_task", "worker", "relay")
+
+
+def test_every_public_app_member_is_on_async_app_or_named_as_app_only():
+    """A new App method gets its AsyncApp coroutine (here and in COROUTINES), or is listed above."""
+    public = {name for name in dir(skiplock.App) if not name.startswith("_")}
+    missing = public - set(COROUTINES) - set(PLAIN) - set(ON_APP_ONLY)
+    assert not missing, f"App has {sorted(missing)}: write them out in AsyncApp (aio.py) too"
+    assert not set(ON_APP_ONLY) & set(vars(AsyncApp))
 
 
 def test_every_async_app_method_is_defined_in_the_class_body():
     source = inspect.getsource(AsyncApp)
-    for name in COROUTINES + PLAIN + ("run_worker",):
+    for name in COROUTINES + ("task", "periodic", "run_worker"):
         method = vars(AsyncApp).get(name)
         assert method is not None, f"AsyncApp.{name} is not defined in the class body"
         assert method.__qualname__ == f"AsyncApp.{name}", f"AsyncApp.{name} is {method.__qualname__}"
@@ -33,7 +44,7 @@ def test_every_async_app_method_is_defined_in_the_class_body():
 
 
 def test_async_app_methods_take_exactly_apps_parameters():
-    for name in COROUTINES + PLAIN:
+    for name in COROUTINES + ("task", "periodic"):
         ours = list(inspect.signature(vars(AsyncApp)[name]).parameters.values())
         theirs = list(inspect.signature(getattr(skiplock.App, name)).parameters.values())
         described = [(p.name, p.kind, p.default, p.annotation) for p in ours]
