@@ -35,6 +35,7 @@ from .backend.postgres.queries import load_queries
 from .errors import InvalidJob
 from .job import Job, JobState, Snooze
 from .worker import WorkerStats
+from .worker.executor import ResultNotStorable  # what a worker fails a job with an unstorable result for
 
 INLINE_WORKER = "skiplock.testing"  # the ``worker`` of a job run by run_inline
 SHOWN = 20  # jobs listed by a failed assert_enqueued
@@ -93,8 +94,6 @@ def run_inline(app: App, task: str, args: Mapping[str, Any] | None = None, *,
         raise RuntimeError(f"job {job_id}, just enqueued in this transaction, is not there")
     started_at = datetime.now(timezone.utc)
     job = _job(row, attempts=1, started_at=started_at, worker=INLINE_WORKER, _conn=conn)
-    from .worker.executor import ResultNotStorable
-
     with conn.transaction():  # a savepoint: a handler that raises leaves none of its writes
         result = registered.fn(job, **job.args)
         if inspect.isawaitable(result):
@@ -171,7 +170,7 @@ def _job(row: Mapping[str, Any], **fields: Any) -> Job:
 
 def _check_test_connection(conn: Any, *, reading: bool = False) -> None:
     if isinstance(conn, psycopg.AsyncConnection) or not isinstance(conn, psycopg.Connection):
-        raise TypeError(f"conn must be a psycopg Connection (e.g. from skiplock.testing.rolled_back), got {conn!r}")
+        raise TypeError(f"conn must be a psycopg Connection (e.g. from skiplock.testing.rolled_back), got {type(conn).__name__}")
     if conn.autocommit and not reading:
         raise ValueError("conn is in autocommit mode: run_inline's writes would be committed; "
                          "use a transaction you roll back (skiplock.testing.rolled_back(app))")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import psycopg
 import pytest
 
@@ -255,3 +257,16 @@ def test_the_docs_testing_examples(app, db):
     app.enqueue("signup", {"email": "a@example.com"})
     stats = sl.drain(app)
     assert (stats.done, stats.failed) == (2, 0)
+
+
+def test_helpers_refuse_what_is_not_a_test_connection(shop):
+    async def main():
+        async with await psycopg.AsyncConnection.connect(shop.dsn) as aconn:
+            with pytest.raises(TypeError, match="conn must be a psycopg Connection .* got AsyncConnection"):
+                sl.run_inline(shop, "send_receipt", {"order_id": 1}, conn=aconn)
+            with pytest.raises(TypeError, match="got AsyncConnection"):
+                sl.assert_enqueued(shop, conn=aconn)
+
+    asyncio.run(main())
+    with pytest.raises(TypeError, match="got str"):
+        sl.assert_enqueued(shop, conn="postgresql://u:secret@h/db")
