@@ -36,6 +36,11 @@ def shop(app, db):
     def unstorable(job):
         return {"nan": float("nan")}
 
+    @app.task(name="snoozer")
+    def snoozer(job, order_id):
+        job.conn.execute("INSERT INTO orders VALUES (%s, 'from snoozer')", [order_id])
+        return skiplock.Snooze(5)
+
     @app.task(name="async_task")
     async def async_task(job, n):
         job.conn.execute("INSERT INTO orders VALUES (%s, 'async')", [n])
@@ -110,6 +115,9 @@ def test_run_inline_handler_error_undoes_only_its_own_writes(shop, db):
         assert conn.execute("SELECT id FROM orders").fetchall() == [(1,)]  # explode's row is gone, ours is not
         [job] = sl.assert_enqueued(shop, task="explode", conn=conn)  # it did not finish: still queued
         assert job.attempts == 0
+        with pytest.raises(skiplock.Snooze):  # returned, as a worker takes it: raised here, its writes undone
+            sl.run_inline(shop, "snoozer", {"order_id": 3}, conn=conn)
+        assert conn.execute("SELECT id FROM orders").fetchall() == [(1,)]
         with pytest.raises(ResultNotStorable, match="NaN"):
             sl.run_inline(shop, "unstorable", conn=conn)
         sl.assert_enqueued(shop, task="unstorable", conn=conn)
