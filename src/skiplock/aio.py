@@ -1,93 +1,170 @@
 """asyncio API: the same core as :class:`skiplock.App`, not a twin implementation.
 
-Each call runs the synchronous core in a thread (``asyncio.to_thread``), so behaviour and
-guarantees are identical. The exception is enqueueing on the caller's ``psycopg.AsyncConnection``:
-that runs the very same statement on the caller's connection, inside the caller's transaction.
-``async def`` handlers are supported by the worker itself (each slot runs them on its own loop).
+Every method is written out here with :class:`App`'s parameters and types (mypy and IDEs see them;
+tests/unit/test_async_api.py checks they match App's). Each call runs the synchronous core in a
+thread (``asyncio.to_thread``), so behaviour and guarantees are identical. The exception is
+enqueueing on the caller's ``psycopg.AsyncConnection``: the arguments are checked by the same code
+as App's, and the statements, retries and errors come from the same steps generators as the sync
+path (backend/postgres/steps.py), here driven by the async driver on the caller's connection,
+inside the caller's transaction. ``async def`` handlers are supported by the worker itself (each
+slot runs them on its own loop).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import psycopg
-from psycopg.pq import TransactionStatus
-from psycopg.rows import tuple_row
 
-from .app import App, _check_unique
-from .backend.postgres.backend import KEYED_ATTEMPTS, HolderGone, KeyedBatch, PostgresBackend
-from .errors import DatabaseUnavailable, DuplicateJob, InvalidJob
+from .app import App, RetriedJobs, Task, _check_unique, _enqueue_steps
+from .backend.postgres.backend import KeyedBatch
+from .job import Job, JobState
+from .retry import RetryPolicy
 from .worker import WorkerStats
 
-# App methods exposed as coroutines, unchanged in signature and meaning.
-THREADED = ("migrate", "check", "get_job", "list_jobs", "counts", "cancel_job", "retry_job", "retry_failed",
-            "pause_queue", "resume_queue", "queues", "wait", "prune", "close")
+if TYPE_CHECKING:
+    from .outbox import Outbox
 
 
 class AsyncApp:
-    """``AsyncApp(dsn=...)`` or ``AsyncApp(app=existing_app)``; register tasks with ``@aapp.task``."""
+    """``AsyncApp(dsn=...)`` or ``AsyncApp(app=existing_app)``; register tasks with ``@aapp.task``.
+
+    Every method is :class:`App`'s, as a coroutine (``task`` and ``periodic`` register, as App's
+    do); see App for what each promises. What configures or builds objects (``configure``,
+    ``worker``, ``relay``, ``get_task``, ``dsn``, ``backend``) is on ``aapp.app``; ``run_worker``
+    runs a worker from asyncio."""
 
     def __init__(self, dsn: str | None = None, *, app: App | None = None, **options: Any):
         self.app = app if app is not None else App(dsn, **options)
-        self.task = self.app.task
-        self.periodic = self.app.periodic
+
+    # ---- tasks (registration does no I/O: plain methods) ---------------------------------------
+
+    def task(self, name: str | None = None, *, queue: str = "default", priority: int = 0, max_attempts: int = 5,
+             retry: RetryPolicy | float | None = None, timeout: float | None = None, lease: str = "transaction",
+             lease_seconds: float = 60.0) -> Callable[[Callable[..., Any]], Task]:
+        """:meth:`App.task` (``async def`` handlers run on the worker's own event loops)."""
+        return self.app.task(name, queue=queue, priority=priority, max_attempts=max_attempts, retry=retry,
+                             timeout=timeout, lease=lease, lease_seconds=lease_seconds)
+
+    def periodic(self, cron: str, *, name: str | None = None, args: Mapping[str, Any] | None = None,
+                 timezone: str = "UTC", missed: str = "skip", queue: str = "default", priority: int = 0,
+                 max_attempts: int = 5, retry: RetryPolicy | float | None = None, timeout: float | None = None,
+                 lease: str = "transaction", lease_seconds: float = 60.0) -> Callable[[Callable[..., Any]], Task]:
+        """:meth:`App.periodic`."""
+        return self.app.periodic(cron, name=name, args=args, timezone=timezone, missed=missed, queue=queue,
+                                 priority=priority, max_attempts=max_attempts, retry=retry, timeout=timeout,
+                                 lease=lease, lease_seconds=lease_seconds)
 
     @property
-    def outbox(self) -> Any:
+    def outbox(self) -> "Outbox":
         """The app's transactional outbox: ``await aapp.outbox.put_async(topic, payload, conn=aconn)``."""
         return self.app.outbox
 
-    async def enqueue(self, task: str, args: Mapping[str, Any] | None = None, *, conn: Any = None,
-                      **options: Any) -> int:
-        """As :meth:`App.enqueue`; with an ``AsyncConnection`` the job exists only if the caller commits."""
-        if not isinstance(conn, psycopg.AsyncConnection):
-            return await asyncio.to_thread(functools.partial(self.app.enqueue, task, args, conn=conn, **options))
-        unique_key = options.pop("unique_key", None)
-        on_conflict = options.pop("on_conflict", "return")
-        job = self.app._new_job(task, args, options.pop("queue", None), options.pop("priority", None),
-                                options.pop("run_at", None), options.pop("delay", None),
-                                options.pop("max_attempts", None))
-        if options:
-            raise InvalidJob(f"unknown enqueue options {sorted(options)}")
-        unique_key = _check_unique(unique_key, on_conflict)  # before anything is sent, as App.enqueue
-        backend = await asyncio.to_thread(self.app._ready)
-        if unique_key is None:
-            query, params = backend.enqueue_statement([job])
-            row = await (await conn.cursor(row_factory=tuple_row).execute(query, params)).fetchone()
-            return int(row[0])  # type: ignore[index]
-        query, params = backend.enqueue_unique_statement(job, unique_key)
-        for _ in range(KEYED_ATTEMPTS):  # no row: the holder finished between conflict and lookup (nothing inserted)
-            row = await (await conn.cursor(row_factory=tuple_row).execute(query, params)).fetchone()
-            if row is not None:
-                break
-        else:
-            raise DatabaseUnavailable(f"unique_key {unique_key!r} kept changing hands; try again")
-        if not row[1] and on_conflict == "raise":
-            raise DuplicateJob(f"job {row[0]} already holds unique_key {unique_key!r}", row[0])
-        return row[0]
+    # ---- schema --------------------------------------------------------------------------------
 
-    async def enqueue_many(self, jobs: Iterable[tuple[Any, ...]], *, conn: Any = None) -> list[int]:
-        """As :meth:`App.enqueue_many` (item options ``unique_key`` and ``on_conflict`` included),
-        also on an ``AsyncConnection``: the same checks (a bad item is refused by index before
-        anything is sent), then one INSERT statement in the caller's transaction, whatever the batch
-        size (the COPY path of large batches is sync only). With unique keys, the same statements
-        and decisions as the sync path (:class:`KeyedBatch`), the insert undone on a refusal so the
-        caller's transaction stays usable."""
+    async def migrate(self) -> list[int]:
+        """:meth:`App.migrate`."""
+        return await asyncio.to_thread(self.app.migrate)
+
+    async def check(self) -> None:
+        """:meth:`App.check`."""
+        await asyncio.to_thread(self.app.check)
+
+    # ---- producing -----------------------------------------------------------------------------
+
+    async def enqueue(self, task: str, args: Mapping[str, Any] | None = None, *, queue: str | None = None,
+                      priority: int | None = None, run_at: datetime | None = None, delay: float | timedelta | None = None,
+                      max_attempts: int | None = None, unique_key: str | None = None, on_conflict: str = "return",
+                      conn: Any = None) -> int:
+        """:meth:`App.enqueue`; with an ``AsyncConnection`` the job exists only if the caller commits
+        (the same checks, statements, retries and errors as App.enqueue on a connection)."""
         if not isinstance(conn, psycopg.AsyncConnection):
-            return await asyncio.to_thread(functools.partial(self.app.enqueue_many, jobs, conn=conn))
+            return await asyncio.to_thread(
+                self.app.enqueue, task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
+                max_attempts=max_attempts, unique_key=unique_key, on_conflict=on_conflict, conn=conn)
+        job = self.app._new_job(task, args, queue, priority, run_at, delay, max_attempts)
+        key = _check_unique(unique_key, on_conflict)  # before anything is sent, as App.enqueue
+        backend = await asyncio.to_thread(self.app._ready)
+        return await backend.run_async(_enqueue_steps(backend, job, key, on_conflict), conn)
+
+    async def enqueue_many(self, jobs: Iterable[tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], Mapping[str, Any]]],
+                           *, conn: Any = None) -> list[int]:
+        """:meth:`App.enqueue_many` (item options ``unique_key`` and ``on_conflict`` included),
+        also on an ``AsyncConnection``: the same checks (a bad item is refused by index before
+        anything is sent), then the sync path's steps in the caller's transaction -- one INSERT
+        statement whatever the batch size (the COPY path of large batches is sync only); with
+        unique keys the same undoable attempts (:class:`KeyedBatch`), so a refusal leaves the
+        caller's transaction usable."""
+        if not isinstance(conn, psycopg.AsyncConnection):
+            return await asyncio.to_thread(self.app.enqueue_many, jobs, conn=conn)
         new, keyed = self.app._new_jobs(jobs)
         if not new:
             return []
-        batch = KeyedBatch(new, keyed) if keyed else None
+        batch = KeyedBatch(new, keyed) if keyed else None  # in-call duplicates refused before any I/O
         backend = await asyncio.to_thread(self.app._ready)
-        if batch is not None:
-            return await _enqueue_keyed(backend, batch, conn)
-        query, params = backend.enqueue_statement(new)
-        cur = conn.cursor(row_factory=tuple_row)  # whatever the caller's row factory
-        return [r[0] for r in await (await cur.execute(query, params)).fetchall()]
+        steps = backend.enqueue_steps(new) if batch is None else backend.enqueue_keyed_steps(batch)
+        return await backend.run_async(steps, conn)
+
+    # ---- reading -------------------------------------------------------------------------------
+
+    async def get_job(self, job_id: int) -> Job:
+        """:meth:`App.get_job`."""
+        return await asyncio.to_thread(self.app.get_job, job_id)
+
+    async def list_jobs(self, *, state: str | None = None, queue: str | None = None, task: str | None = None,
+                        limit: int = 50) -> list[Job]:
+        """:meth:`App.list_jobs`."""
+        return await asyncio.to_thread(self.app.list_jobs, state=state, queue=queue, task=task, limit=limit)
+
+    async def counts(self) -> list[tuple[str, str, int]]:
+        """:meth:`App.counts`."""
+        return await asyncio.to_thread(self.app.counts)
+
+    async def live_workers(self) -> int:
+        """:meth:`App.live_workers`."""
+        return await asyncio.to_thread(self.app.live_workers)
+
+    async def untakeable_jobs(self) -> list[tuple[str, str, int]]:
+        """:meth:`App.untakeable_jobs`."""
+        return await asyncio.to_thread(self.app.untakeable_jobs)
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    async def cancel_job(self, job_id: int, reason: str = "cancelled by request", wait: float = 10.0) -> JobState:
+        """:meth:`App.cancel_job`."""
+        return await asyncio.to_thread(self.app.cancel_job, job_id, reason, wait)
+
+    async def retry_job(self, job_id: int) -> None:
+        """:meth:`App.retry_job`."""
+        await asyncio.to_thread(self.app.retry_job, job_id)
+
+    async def retry_failed(self, queue: str | None = None) -> "RetriedJobs":
+        """:meth:`App.retry_failed`."""
+        return await asyncio.to_thread(self.app.retry_failed, queue)
+
+    async def pause_queue(self, queue: str, *, force: bool = False) -> None:
+        """:meth:`App.pause_queue`."""
+        await asyncio.to_thread(self.app.pause_queue, queue, force=force)
+
+    async def resume_queue(self, queue: str) -> bool:
+        """:meth:`App.resume_queue`."""
+        return await asyncio.to_thread(self.app.resume_queue, queue)
+
+    async def queues(self) -> list[dict[str, Any]]:
+        """:meth:`App.queues`."""
+        return await asyncio.to_thread(self.app.queues)
+
+    async def wait(self, job_id: int, timeout: float | None = None) -> Any:
+        """:meth:`App.wait` (the waiting happens in a thread; the event loop stays free)."""
+        return await asyncio.to_thread(self.app.wait, job_id, timeout)
+
+    async def prune(self, retention: Mapping[str, float | timedelta] | None = None, batch: int = 1000) -> dict[str, int]:
+        """:meth:`App.prune`."""
+        return await asyncio.to_thread(self.app.prune, retention, batch)
+
+    # ---- working -------------------------------------------------------------------------------
 
     async def run_worker(self, queues: list[str] | None = None, concurrency: int = 4, *,
                          stop_when_empty: bool = False, **options: Any) -> WorkerStats:
@@ -101,56 +178,14 @@ class AsyncApp:
             await future
             raise
 
+    # ---- closing -------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """:meth:`App.close`."""
+        await asyncio.to_thread(self.app.close)
+
     async def __aenter__(self) -> "AsyncApp":
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
-        await asyncio.to_thread(self.app.close)
-
-
-async def _enqueue_keyed(backend: PostgresBackend, batch: KeyedBatch, conn: psycopg.AsyncConnection[Any]) -> list[int]:
-    """:meth:`PostgresBackend.enqueue_keyed` on an AsyncConnection: the same attempts, each undoable."""
-    for _ in range(KEYED_ATTEMPTS):
-        try:
-            async with _undoable(conn):
-                cur = conn.cursor(row_factory=tuple_row)
-                lookup = batch.inserted(backend, await (await cur.execute(*batch.insert(backend))).fetchall())
-                if lookup is not None:
-                    batch.looked_up(await (await cur.execute(*lookup)).fetchall())
-                return batch.ids()
-        except HolderGone:
-            continue
-    raise batch.gave_up()
-
-
-@asynccontextmanager
-async def _undoable(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
-    """:meth:`PostgresBackend._undoable` for the caller's AsyncConnection: a savepoint in its open
-    transaction, a transaction of its own in autocommit mode, or -- none open yet -- the one our
-    statements begin, rolled back on error."""
-    if conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
-        async with conn.transaction():
-            yield
-    else:
-        try:
-            yield
-        except BaseException:
-            try:
-                await conn.rollback()
-            except psycopg.Error:
-                pass
-            raise
-
-
-def _threaded(name: str) -> Callable[..., Any]:
-    method = getattr(App, name)
-
-    @functools.wraps(method)
-    async def call(self: AsyncApp, *args: Any, **kwargs: Any) -> Any:
-        return await asyncio.to_thread(functools.partial(getattr(self.app, name), *args, **kwargs))
-
-    return call
-
-
-for _name in THREADED:
-    setattr(AsyncApp, _name, _threaded(_name))
+        await self.close()

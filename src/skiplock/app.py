@@ -20,6 +20,7 @@ from .job import Job, JobState
 from .retry import MAX_DELAY, RetryPolicy, as_policy, check_delay  # noqa: F401 - MAX_DELAY: public here too
 
 if TYPE_CHECKING:
+    from .backend.postgres.steps import Steps
     from .maintenance.periodic import Schedule
     from .outbox import Outbox, Relay
     from .readmodel import ReadModel
@@ -213,6 +214,17 @@ def _check_unique(unique_key: Any, on_conflict: Any) -> str | None:
     if not isinstance(on_conflict, str) or on_conflict not in ON_CONFLICT:
         raise InvalidJob(f"on_conflict must be 'return' or 'raise', got {on_conflict!r}")
     return check_text("unique_key", unique_key, MAX_UNIQUE_KEY_CHARS, optional=True)
+
+
+def _enqueue_steps(backend: PostgresBackend, job: NewJob, unique_key: str | None, on_conflict: str) -> "Steps[int]":
+    """What :meth:`App.enqueue` sends and decides once its input is checked, as steps that the sync
+    driver (App.enqueue) and the async one (AsyncApp.enqueue on an AsyncConnection) both run."""
+    if unique_key is None:
+        return (yield from backend.enqueue_steps([job]))[0]
+    job_id, created = yield from backend.enqueue_unique_steps(job, unique_key)
+    if not created and on_conflict == "raise":
+        raise DuplicateJob(f"job {job_id} already holds unique_key {unique_key!r}", job_id)
+    return job_id
 
 
 def _check_run_at(run_at: Any) -> datetime | None:
@@ -475,12 +487,8 @@ class App:
         :class:`DuplicateJob` with ``on_conflict="raise"``."""
         job = self._new_job(task, args, queue, priority, run_at, delay, max_attempts)
         unique_key = _check_unique(unique_key, on_conflict)
-        if unique_key is None:
-            return self._ready().enqueue([job], conn)[0]
-        job_id, created = self._ready().enqueue_unique(job, unique_key, conn)
-        if not created and on_conflict == "raise":
-            raise DuplicateJob(f"job {job_id} already holds unique_key {unique_key!r}", job_id)
-        return job_id
+        backend = self._ready()
+        return backend.run(_enqueue_steps(backend, job, unique_key, on_conflict), conn)
 
     def enqueue_many(self, jobs: Iterable[tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], Mapping[str, Any]]],
                      *, conn: Any = None) -> list[int]:

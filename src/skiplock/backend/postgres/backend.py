@@ -30,7 +30,6 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
-from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -38,6 +37,7 @@ from ...errors import DatabaseUnavailable, DuplicateJob, SchemaError, redact, re
 from ...reconnect import quiet_driver_noise
 from ..base import ClaimedJob, NewJob
 from .queries import load_migrations, load_queries
+from .steps import Steps, T, Undoable, run, run_async
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
 CONNECT_TIMEOUT = 10  # the libpq connect_timeout of code that passes no timeout (kept for callers)
@@ -172,6 +172,14 @@ class HolderGone(Exception):
 
 
 
+def _not_async(conn: Any) -> None:
+    """The sync calls take a psycopg Connection; an AsyncConnection gets a clear error, not a
+    coroutine nobody awaits."""
+    if isinstance(conn, psycopg.AsyncConnection):
+        raise TypeError("an AsyncConnection needs the asyncio API: `await skiplock.AsyncApp(...).enqueue(..., conn=aconn)` "
+                        "/ `enqueue_many`")
+
+
 def row_of(cur: Any) -> Any:
     """The one row a statement always returns (a CTE ending in an aggregate or a SELECT of values)."""
     row = cur.fetchone()
@@ -182,7 +190,7 @@ def row_of(cur: Any) -> Any:
 
 class KeyedBatch:
     """An ``enqueue_many`` call in which some items carry a unique key: what to send and what it
-    gave, for any driver (sync: :meth:`PostgresBackend.enqueue_keyed`; asyncio: aio.py). No I/O.
+    gave, as steps for any driver (:meth:`PostgresBackend.enqueue_keyed_steps`; see steps.py). No I/O.
 
     ``keyed`` maps item index -> (unique_key, on_conflict). Each key is sent once, with its first
     item; a later item with the same key gets that item's id -- or, with ``on_conflict="raise"``, is
@@ -229,6 +237,14 @@ class KeyedBatch:
         self._found = {i: (bool(created), job_id) for i, (created, job_id) in zip(self.sent, rows)}
         missing = [self.keyed[i][0] for i, (_, job_id) in self._found.items() if job_id is None]
         return (backend.q["unique_key_holders"], {"unique_keys": missing}) if missing else None
+
+    def attempt(self, backend: "PostgresBackend") -> Steps[list[int]]:
+        """One attempt as steps: the insert, the lookup if needed, then :meth:`ids` (which may raise
+        HolderGone or DuplicateJob: the driver runs an attempt undoable, so either leaves nothing)."""
+        lookup = self.inserted(backend, (yield self.insert(backend)))
+        if lookup is not None:
+            self.looked_up((yield lookup))
+        return self.ids()
 
     def looked_up(self, rows: Sequence[Sequence[Any]]) -> None:
         holders = {key: job_id for key, job_id in rows}
@@ -475,6 +491,7 @@ class PostgresBackend:
         caller commits. Fewer than COPY_MIN_JOBS: one INSERT statement; more: :meth:`_copy_jobs`
         (measured on a local socket, COPY is ahead from ~50 jobs, and 1.9x at 1,000; the threshold
         leaves room for the extra round trips of a network: BEGIN, the id reservation, COPY, COMMIT)."""
+        _not_async(conn)
         if len(jobs) >= COPY_MIN_JOBS:
             if conn is None:
                 with self._conn() as c, c.transaction():
@@ -487,11 +504,51 @@ class PostgresBackend:
                     with conn.transaction():
                         return self._copy_jobs(conn, jobs)
                 return self._copy_jobs(conn, jobs)  # in the caller's transaction (begun if none is open)
-        query, params = self.enqueue_statement(jobs)
-        if conn is not None:  # the caller's connection: whatever its row factory, read tuples
-            return [r[0] for r in conn.cursor(row_factory=tuple_row).execute(query, params).fetchall()]
+        return self.run(self.enqueue_steps(jobs), conn)
+
+    # Every enqueue is one of these steps generators (see steps.py), run by :meth:`run` on a
+    # psycopg Connection (the caller's or a pooled one) or by :meth:`run_async` on the caller's
+    # AsyncConnection: the statements, retries and errors are written once, for both.
+
+    def enqueue_steps(self, jobs: Sequence[NewJob]) -> Steps[list[int]]:
+        """Insert ``jobs`` in one statement (:meth:`enqueue_statement`); their ids in input order."""
+        rows = yield self.enqueue_statement(jobs)
+        return [r[0] for r in rows]
+
+    def enqueue_unique_steps(self, job: NewJob, unique_key: str) -> Steps[tuple[int, bool]]:
+        """(id, created): the new job, or the queued/running one holding ``unique_key``. No row back
+        means the holder finished between the conflict and the lookup (nothing was inserted): the
+        statement runs again, up to KEYED_ATTEMPTS times, then DatabaseUnavailable."""
+        statement = self.enqueue_unique_statement(job, unique_key)
+        for _ in range(KEYED_ATTEMPTS):
+            rows = yield statement
+            if rows:
+                return int(rows[0][0]), bool(rows[0][1])
+        raise DatabaseUnavailable(f"unique_key {unique_key!r} kept changing hands; try again")
+
+    def enqueue_keyed_steps(self, batch: KeyedBatch) -> Steps[list[int]]:
+        """``enqueue_many`` with unique keys: up to KEYED_ATTEMPTS undoable attempts
+        (:meth:`KeyedBatch.attempt`), again after a HolderGone, then DatabaseUnavailable."""
+        for _ in range(KEYED_ATTEMPTS):
+            try:
+                ids: list[int] = yield Undoable(batch.attempt(self))
+                return ids
+            except HolderGone:
+                continue
+        raise batch.gave_up()
+
+    def run(self, steps: Steps[T], conn: Any = None) -> T:
+        """Run steps on ``conn`` (the caller's psycopg Connection, in its transaction), else on a
+        pooled autocommit connection."""
+        _not_async(conn)
+        if conn is not None:
+            return run(conn, steps)
         with self._conn() as c:
-            return [r[0] for r in c.execute(query, params).fetchall()]
+            return run(c, steps)
+
+    async def run_async(self, steps: Steps[T], conn: "psycopg.AsyncConnection[Any]") -> T:
+        """Run steps on the caller's ``AsyncConnection``, in its current transaction."""
+        return await run_async(conn, steps)
 
     def _copy_jobs(self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob]) -> list[int]:
         """Inside a transaction: one statement reserves the ids (in input order), reads the
@@ -521,41 +578,8 @@ class PostgresBackend:
         """``enqueue_many`` with unique keys (see :class:`KeyedBatch`): ids in input order, an item
         whose key is held getting the holder's id. Always one INSERT statement (never COPY). Each
         attempt is undoable, so a refusal (DuplicateJob) or a retry leaves nothing behind: see
-        :meth:`_undoable`."""
-        for _ in range(KEYED_ATTEMPTS):
-            try:
-                with self._undoable(conn) as c:
-                    cur = c.cursor(row_factory=tuple_row)  # whatever the caller's row factory
-                    lookup = batch.inserted(self, cur.execute(*batch.insert(self)).fetchall())
-                    if lookup is not None:
-                        batch.looked_up(cur.execute(*lookup).fetchall())
-                    return batch.ids()
-            except HolderGone:
-                continue
-        raise batch.gave_up()
-
-    @contextmanager
-    def _undoable(self, conn: Any) -> Iterator[Any]:
-        """A scope whose writes an exception undoes, and nothing else: on the pool, a transaction; on
-        the caller's connection, a savepoint in its open transaction (``conn.transaction()`` nests),
-        a transaction of its own in autocommit mode, or -- no transaction open yet -- the one our
-        statements begin, rolled back (it holds nothing of the caller's). The caller's transaction
-        is left as it was, usable, whatever went wrong inside."""
-        if conn is None:
-            with self._conn() as c, c.transaction():
-                yield c
-        elif conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
-            with conn.transaction():
-                yield conn
-        else:
-            try:
-                yield conn
-            except BaseException:
-                try:
-                    conn.rollback()
-                except psycopg.Error:
-                    pass  # a broken connection: the original error says more
-                raise
+        :func:`steps.undoable`."""
+        return self.run(self.enqueue_keyed_steps(batch), conn)
 
     # ---- the lease ---------------------------------------------------------------------------
 
@@ -734,13 +758,9 @@ class PostgresBackend:
     # ---- lifecycle ---------------------------------------------------------------------------
 
     def enqueue_unique(self, job: NewJob, unique_key: str, conn: Any = None) -> tuple[int, bool]:
-        """(id, created): the new job, or the queued/running one holding ``unique_key``."""
-        _, params = self.enqueue_unique_statement(job, unique_key)
-        for _ in range(10):  # the holder may finish between the conflict and the lookup: try again
-            row = self._one("enqueue_unique", params, conn)
-            if row:
-                return int(row[0]), bool(row[1])
-        raise DatabaseUnavailable(f"unique_key {unique_key!r} kept changing hands; try again")
+        """(id, created): the new job, or the queued/running one holding ``unique_key``
+        (:meth:`enqueue_unique_steps`)."""
+        return self.run(self.enqueue_unique_steps(job, unique_key), conn)
 
     def request_cancel(self, job_id: int, reason: str) -> str | None:
         row = self._one("request_cancel", {"id": job_id, "reason": reason})
