@@ -198,7 +198,8 @@ def latencies(rows: Sequence[tuple[int, float, float, float]], calls: Sequence[t
 
 
 def capacity(ctx: Context, processes: int, slots: int, n: int, label: str) -> dict[str, Any]:
-    """Drain ``n`` prefilled 1 ms jobs with ``processes`` × ``slots`` (the public CLI); as in drain."""
+    """Drain ``n`` prefilled 1 ms jobs with ``processes`` × ``slots`` (the public CLI); as in drain.
+    Also its WAL per job: the claim and the done only, as pgbench's transactions (rows inserted before)."""
     with fresh_db(ctx.server, label) as dsn:
         app = make_app(dsn)
         try:
@@ -209,23 +210,31 @@ def capacity(ctx: Context, processes: int, slots: int, n: int, label: str) -> di
         with psycopg.connect(dsn, autocommit=True) as c:
             c.execute("VACUUM ANALYZE skiplock.jobs")
         checkpoint(dsn)
+        before = DbCounters.read(dsn, ctx.cpu())
         workers = [ctx.worker(dsn, slots) for _ in range(processes)]
         finished = [w.wait(timeout=max(120.0, n / 50)) for w in workers]
         settle(dsn)
+        after = DbCounters.read(dsn, ctx.cpu())
         checked = check_drained(dsn, n)
     if any(f.returncode for f in finished):
         raise RuntimeError(f"capacity worker exit codes {[f.returncode for f in finished]}: {finished[0].stderr[-2000:]}")
     return {"jobs": n, "processes": processes, "slots": slots, "throughput": checked["throughput"],
             "span_s": checked["span_s"], "throughput_basis": checked["throughput_basis"],
+            # claim + done only (the rows were inserted before): comparable with pgbench's WAL per transaction
+            "wal_bytes_per_job": (after.wal_lsn - before.wal_lsn) / n,
             "workers": [worker_summary(f.stderr) for f in finished]}
 
 
-def queue_depth(dsn: str) -> tuple[int, int]:
+def queue_depth_on(conn: psycopg.Connection[Any]) -> tuple[int, int]:
     """(queued, running) jobs right now."""
-    with psycopg.connect(dsn, autocommit=True) as c:
-        queued, running = one(c, "SELECT count(*) FILTER (WHERE state = 'queued'), count(*) FILTER (WHERE state = 'running')"
-                                 "  FROM skiplock.jobs WHERE state IN ('queued', 'running')")
+    queued, running = one(conn, "SELECT count(*) FILTER (WHERE state = 'queued'), count(*) FILTER (WHERE state = 'running')"
+                                "  FROM skiplock.jobs WHERE state IN ('queued', 'running')")
     return int(queued), int(running)
+
+
+def queue_depth(dsn: str) -> tuple[int, int]:
+    with psycopg.connect(dsn, autocommit=True) as c:
+        return queue_depth_on(c)
 
 
 def offered(ctx: Context, label: str, processes: int, slots: int, rate: float, seconds: float, warmup: float,
