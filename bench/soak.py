@@ -406,7 +406,7 @@ def figures_of(r: dict[str, Any], cap: dict[str, Any], wal_ref: float, minutes: 
 
 def sample_table(samples: list[dict[str, Any]]) -> Table:
     t = Table(title="soak samples (jobs = skiplock.jobs, attempts = skiplock.job_attempts; sizes are total relation sizes)")
-    cols = ["min", "offered/s", "done/s", "p50 ms", "p99 ms", "backlog", "jobs live", "jobs dead", "jobs thr",
+    cols = ["min", "offered/s", "done/s", "p50 ms", "p99 ms", "enqueue p99 ms", "backlog", "jobs live", "jobs dead", "jobs thr",
             "jobs MiB", "jobs idx MiB", "jobs autovac", "attempts dead", "attempts MiB", "WAL MB/s"]
     for col in cols:
         t.add_column(col, justify="right")
@@ -414,7 +414,8 @@ def sample_table(samples: list[dict[str, Any]]) -> Table:
         j = s["tables"].get("jobs", {})
         a = s["tables"].get("job_attempts", {})
         t.add_row(f"{s['minute']:.1f}{'' if s['warm'] else '*'}", f"{s['offered_per_s']:,.0f}", f"{s['done_per_s']:,.0f}",
-                  fmt_ms(s["p50_ms"]), fmt_ms(s["p99_ms"]), f"{s['queued'] + s['running']:,}", f"{j.get('live', 0):,}",
+                  fmt_ms(s["p50_ms"]), fmt_ms(s["p99_ms"]), fmt_ms(s["enqueue_call_p99_ms"]),
+                  f"{s['queued'] + s['running']:,}", f"{j.get('live', 0):,}",
                   f"{j.get('dead', 0):,}", f"{j.get('vacuum_threshold', 0):,.0f}", f"{j.get('total_bytes', 0) / 2**20:.1f}",
                   f"{j.get('index_bytes', 0) / 2**20:.1f}", f"{j.get('autovacuums', 0)}", f"{a.get('dead', 0):,}",
                   f"{a.get('total_bytes', 0) / 2**20:.1f}", f"{s['wal_bytes_per_s'] / 1e6:.2f}")
@@ -439,6 +440,7 @@ def plot(samples: list[dict[str, Any]], path: Path, title: str, warmup_min: floa
     ax.plot(x, [s["offered_per_s"] for s in samples], label="offered/s")
     ax.plot(x, [s["done_per_s"] for s in samples], label="done/s")
     ax.set_ylabel("jobs/s")
+    ax.set_ylim(bottom=0)
     twin = ax.twinx()
     twin.plot(x, [s["queued"] + s["running"] for s in samples], color="grey", linestyle=":", label="backlog")
     twin.set_ylabel("backlog (jobs)")
@@ -449,6 +451,7 @@ def plot(samples: list[dict[str, Any]], path: Path, title: str, warmup_min: floa
     ax.plot(x, [s["p99_ms"] for s in samples], label="p99")
     ax.axhline(P50_TARGET_MS, color="C0", linestyle="--", linewidth=0.8, label=f"p50 goal {P50_TARGET_MS:g} ms")
     ax.axhline(P99_TARGET_MS, color="C1", linestyle="--", linewidth=0.8, label=f"p99 goal {P99_TARGET_MS:g} ms")
+    ax.set_ylim(bottom=0)
     ax.set_ylabel("pickup latency (ms)")
     ax.legend(loc="upper left")
     ax = axes[2]
