@@ -42,7 +42,7 @@ from typing import Any, Sequence
 
 import psycopg
 
-from .common import (Context, DbCounters, Figure, checkpoint, fresh_db, one, percentile, settle, summary_ms,
+from .common import (Child, Context, DbCounters, Figure, Finished, checkpoint, fresh_db, one, percentile, settle, summary_ms,
                      wait_for_sessions, worker_summary)
 from .drain import check_drained
 from .tasks import make_app
@@ -133,6 +133,21 @@ class Producer(threading.Thread):
         return self.sent / max(1e-9, (self.stopped_at or time.time()) - self.started_at)
 
 
+def stop_all(workers: Sequence[Child], timeout: float = 30.0) -> list[Finished]:
+    """SIGTERM every worker, then wait for each (SIGKILL past ``timeout``): none is left running,
+    whatever went wrong before."""
+    for w in workers:
+        w.signal()
+    finished: list[Finished] = []
+    for w in workers:
+        try:
+            finished.append(w.wait(timeout))
+        except TimeoutError:  # wait() killed it
+            assert w.result is not None
+            finished.append(w.result)
+    return finished
+
+
 def server_now(dsn: str) -> float:
     """The server's clock (seconds since the epoch): window boundaries on the clock of created_at."""
     with psycopg.connect(dsn, autocommit=True) as c:
@@ -212,7 +227,12 @@ def capacity(ctx: Context, processes: int, slots: int, n: int, label: str) -> di
         checkpoint(dsn)
         before = DbCounters.read(dsn, ctx.cpu())
         workers = [ctx.worker(dsn, slots) for _ in range(processes)]
-        finished = [w.wait(timeout=max(120.0, n / 50)) for w in workers]
+        try:
+            finished = [w.wait(timeout=max(120.0, n / 50)) for w in workers]
+        finally:
+            for w in workers:
+                if w.poll() is None:
+                    w.kill()
         settle(dsn)
         after = DbCounters.read(dsn, ctx.cpu())
         checked = check_drained(dsn, n)
@@ -242,8 +262,8 @@ def offered(ctx: Context, label: str, processes: int, slots: int, rate: float, s
     """Offer ``rate`` pickup jobs/s to ``processes`` × ``slots`` workers; measure a window of ``seconds``
     after ``warmup``; then let the workers finish what is left and read every job's latency."""
     with fresh_db(ctx.server, label) as dsn:
-        workers = [ctx.worker(dsn, slots, stop_when_empty=False) for _ in range(processes)]
         producer = Producer(dsn, rate)
+        workers = [ctx.worker(dsn, slots, stop_when_empty=False) for _ in range(processes)]
         try:
             wait_for_sessions(dsn, "skiplock-worker", processes * slots)
             cpu = ctx.cpu()
@@ -263,11 +283,11 @@ def offered(ctx: Context, label: str, processes: int, slots: int, rate: float, s
             with psycopg.connect(dsn, autocommit=True) as c:
                 rows = pickup_rows(c)
         finally:
-            if producer.is_alive():
-                producer.stop()
-            for w in workers:
-                w.signal()
-        finished = [w.wait(30) for w in workers]
+            try:
+                if producer.is_alive():
+                    producer.stop()
+            finally:
+                finished = stop_all(workers)
         settle(dsn)
     window = [r for r in rows if w0 <= r[1] < w1]
     lat = latencies(window, producer.take_calls())

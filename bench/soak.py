@@ -268,16 +268,16 @@ def pgbench_wal(ctx: Context, label: str, tx: int) -> dict[str, Any]:
 
 
 def soak(ctx: Context, args: argparse.Namespace, rate: float, settings: dict[str, str]) -> dict[str, Any]:
-    from .load import Producer, summary_of
+    from .load import Producer, stop_all, summary_of
     from .tasks import RETENTION_ENV
 
     duration = args.minutes * 60
     retention, prune = done_retention(duration, args.interval), prune_interval(duration)
     warmup_min = args.minutes / 6
     with fresh_db(ctx.server, "soak") as dsn:
+        producer = Producer(dsn, rate)
         workers = [ctx.worker(dsn, args.concurrency, stop_when_empty=False, env={RETENTION_ENV: str(retention)})
                    for _ in range(args.processes)]
-        producer = Producer(dsn, rate)
         sampler: Sampler | None = None
         stopped_early: str | None = None
         late_interval: tuple[int, int, int] | None = None
@@ -312,16 +312,16 @@ def soak(ctx: Context, args: argparse.Namespace, rate: float, settings: dict[str
                     stopped_early = f"worker exited with {dead[0].result.returncode if dead[0].result else '?'}"
                     break
         finally:
-            if producer.is_alive():
-                try:
-                    producer.stop()
-                except RuntimeError as exc:
-                    stopped_early = stopped_early or str(exc)
-            for w in workers:
-                w.signal()
-            if sampler is not None:
-                sampler.close()
-        finished = [w.wait(60) for w in workers]
+            try:
+                if producer.is_alive():
+                    try:
+                        producer.stop()
+                    except RuntimeError as exc:
+                        stopped_early = stopped_early or str(exc)
+                if sampler is not None:
+                    sampler.close()
+            finally:
+                finished = stop_all(workers, 60)
         breakdown = wal_breakdown(dsn, *late_interval) if late_interval else "no warm interval"
         settle(dsn)
     assert sampler is not None
