@@ -7,6 +7,8 @@
     python -m bench --rev HEAD           # the committed skiplock of a git revision, not the working tree
     python -m bench --only outage --outages 5,17   # outage recovery without the 60 s outage
     python -m bench --only sweep         # slots 4..256 and processes 1..8 for 0/1/10 ms jobs (opt-in)
+    python -m bench --only load          # pickup latency of 1 ms jobs offered at 50 % of capacity
+    python -m bench.soak                 # the 30-minute soak (its own command; --quick: 3 minutes)
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from .common import (FULL, QUICK, REPO_ROOT, Context, Figure, MachineLoad, Serve
                      use_revision)
 
 # Scenario modules import skiplock, so they are loaded only after --rev has chosen which one.
-SCENARIOS = ["baseline", "drain", "many_workers", "backlog", "enqueue", "latency", "outbox_relay", "outage", "sweep"]
+SCENARIOS = ["baseline", "drain", "many_workers", "backlog", "enqueue", "latency", "load", "outbox_relay", "outage",
+             "sweep"]
 # Run only when asked for (--only): the slot/process sweep takes several minutes on its own.
 OPT_IN = {"sweep"}
 # what each scenario's ratios are measured against

@@ -392,9 +392,11 @@ def python_env() -> dict[str, str]:
 
 
 def spawn_worker(dsn: str, concurrency: int, *, stop_when_empty: bool = True, poll_interval: float | None = None,
-                 options: dict[str, Any] | None = None, log_level: str = "INFO", wrapper: Sequence[str] = ()) -> Child:
+                 options: dict[str, Any] | None = None, log_level: str = "INFO", wrapper: Sequence[str] = (),
+                 env: dict[str, str] | None = None) -> Child:
     """A worker process serving ``bench.tasks:app``: through the public command line, or, when
-    ``options`` (keyword arguments for ``app.worker``) are given, through ``bench.worker``."""
+    ``options`` (keyword arguments for ``app.worker``) are given, through ``bench.worker``; ``env``
+    adds variables to its environment (e.g. ``bench.tasks.RETENTION_ENV``)."""
     if options:
         cmd = [*wrapper, sys.executable, "-m", "bench.worker", "--dsn", dsn, "--concurrency", str(concurrency),
                "--log-level", log_level, *(f"--option={k}={json.dumps(v)}" for k, v in options.items())]
@@ -405,7 +407,7 @@ def spawn_worker(dsn: str, concurrency: int, *, stop_when_empty: bool = True, po
         cmd.append("--stop-when-empty")
     if poll_interval is not None:
         cmd += ["--poll-interval", str(poll_interval)]
-    return Child(cmd, env=python_env(), cwd=REPO_ROOT)
+    return Child(cmd, env={**python_env(), **(env or {})}, cwd=REPO_ROOT)
 
 
 STOPPED_LINE = re.compile(r"stopped: (\d+) done, (\d+) retried, (\d+) failed")
@@ -541,13 +543,16 @@ class Sizes:
     many_processes: int = 8
     many_concurrency: int = 8
     outage_seconds: tuple[float, ...] = (5.0, 17.0, 60.0)  # outage scenario: how long the server is down
+    load_capacity_jobs: int = 10_000   # load scenario: prefilled 1 ms jobs drained to measure capacity
+    load_seconds: float = 12.0         # load scenario: measured window of offered load
+    load_warmup_seconds: float = 2.0   # load scenario: offered load before the window (not measured)
 
 
 FULL = Sizes()
 QUICK = Sizes(baseline_tx=4_000, drain_jobs=4_000, latency_seconds=2.0, latency_idle_seconds=1.0,
               enqueue_many=20_000, enqueue_single=300, insert_pgbench_seconds=1.0, backlog_large=100_000,
               backlog_claims=2_000, backlog_warmup=200, backlog_max_seconds=6.0, many_jobs=4_000,
-              outage_seconds=(2.0, 5.0))
+              outage_seconds=(2.0, 5.0), load_capacity_jobs=3_000, load_seconds=3.0, load_warmup_seconds=0.5)
 
 
 @dataclass
