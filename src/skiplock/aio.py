@@ -114,9 +114,10 @@ class AsyncApp:
         return await asyncio.to_thread(self.app.get_job, job_id)
 
     async def list_jobs(self, *, state: str | None = None, queue: str | None = None, task: str | None = None,
-                        limit: int = 50) -> list[Job]:
+                        limit: int = 50, before: int | None = None) -> list[Job]:
         """:meth:`App.list_jobs`."""
-        return await asyncio.to_thread(self.app.list_jobs, state=state, queue=queue, task=task, limit=limit)
+        return await asyncio.to_thread(self.app.list_jobs, state=state, queue=queue, task=task, limit=limit,
+                                       before=before)
 
     async def counts(self) -> list[tuple[str, str, int]]:
         """:meth:`App.counts`."""
