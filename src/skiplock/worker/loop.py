@@ -33,6 +33,7 @@ from ..maintenance.rescuer import Rescuer
 from ..maintenance.service import Service
 from ..reconnect import Reconnects, quiet_driver_noise
 from .executor import BatchRun, Executor
+from .governor import Governor
 from .heartbeat import Heartbeat
 from .listener import Listener
 from .presence import Presence
@@ -134,7 +135,7 @@ class Worker:
                  max_reconnect_delay: float = 30.0, maintenance: bool = True, prune_interval: float = 60.0,
                  batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = 0.05, batch_slots: int = 1,
                  listen: bool = True,
-                 rescue_interval: float = 5.0, fail_unknown_tasks: bool = False):
+                 rescue_interval: float = 5.0, fail_unknown_tasks: bool = False, adaptive: bool = True):
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         if queues is not None:
@@ -181,6 +182,8 @@ class Worker:
         self._conns: dict[int, psycopg.Connection[Any]] = {}
         self._busy: set[int] = set()
         self._signals = 0
+        self._waiting = 0  # slots waiting for work (their last claim found none)
+        self.governor = Governor(concurrency, adaptive=bool(adaptive))
 
     # ---- control -------------------------------------------------------------------------------
 
@@ -197,12 +200,22 @@ class Worker:
     def _idle(self) -> None:
         with self._wake_up:
             if not self._stopping.is_set():
-                self._wake_up.wait(self.poll_interval)
+                self._waiting += 1
+                try:
+                    self._wake_up.wait(self.poll_interval)
+                finally:
+                    self._waiting -= 1
+
+    def _slot_idle(self) -> bool:
+        """A slot is waiting for work: a batch then starts no further job (its rest is released at its
+        COMMIT for that slot to take), and claims take one job at a time."""
+        return self._waiting > 0
 
     def stop(self, abort: bool = False) -> None:
         """Stop claiming. With ``abort``, also end in-flight jobs: their transactions roll back."""
         self._stopping.set()
         self.wake()
+        self.governor.wake_all()
         if abort and not self.stats.aborted:
             self.stats.aborted = True
             pids = [c.info.backend_pid for i, c in list(self._conns.items()) if i in self._busy and not c.closed]
@@ -281,6 +294,8 @@ class Worker:
             for service in self.services:
                 service.stop()
             executor.close()
+            log.debug("lease limit %d of %d slots at exit (moved %d times)", self.governor.limit,
+                      self.concurrency, self.governor.changes)
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
         return self.stats
@@ -330,7 +345,7 @@ class Worker:
         """Claim the next job(s) in a new transaction on ``conn``. Returns them, and whether this slot
         now holds a batch turn (only while it has a batch of fast jobs to run; see ``batch_slots``)."""
         executor.gate.wait_open(self._stopping)  # no claim while a suspect runs alone (see gate.py)
-        limit = size.value
+        limit = 1 if self._slot_idle() else size.value
         turn = limit > 1 and size.instant
         if turn:
             turn = self._take_batch_turn(index)
@@ -373,31 +388,43 @@ class Worker:
                     if conn is None:
                         conn = backend.connect_lease(f"skiplock-worker {slot_name}")
                         self._conns[index] = conn
-                    claimed, turn = self._claim(conn, size, executor, index)
-                    if backoff.failures:  # the connection works: an outage (if any) is over
-                        recovery.connected(f"slot {slot_name}")
+                    if not self.governor.acquire(self._stopping):
+                        continue
                     try:
-                        if not claimed:
-                            conn.rollback()
-                            backoff.reset()
-                            if self._stop_when_empty:
-                                return
-                            self._idle()
-                            continue
-                        if len(claimed) >= size.value:
-                            self.wake(every=False)  # there may be more: let an idle slot look too
-                        self._busy.add(index)
+                        began = time.perf_counter()
+                        claimed, turn = self._claim(conn, size, executor, index)
+                        if backoff.failures:  # the connection works: an outage (if any) is over
+                            recovery.connected(f"slot {slot_name}")
                         try:
-                            run = executor.run_batch(conn, claimed, slot_name, self.batch_budget, self._stopping)
-                            for outcome in run.outcomes:
-                                self.stats.count(outcome)
-                            size.after(len(claimed), run)
+                            if not claimed:
+                                conn.rollback()
+                            else:
+                                if len(claimed) >= size.value:
+                                    self.wake(every=False)  # there may be more: let an idle slot look too
+                                self._busy.add(index)
+                                try:
+                                    run = executor.run_batch(conn, claimed, slot_name, self.batch_budget,
+                                                             self._stopping, self._slot_idle)
+                                    for outcome in run.outcomes:
+                                        self.stats.count(outcome)
+                                    size.after(len(claimed), run)
+                                    if run.outcomes:
+                                        self.governor.observe(
+                                            (time.perf_counter() - began - run.handler_seconds) / len(run.outcomes))
+                                    if run.out_of_time:  # its rest was released: an idle slot may take it
+                                        self.wake(every=False)
+                                finally:
+                                    self._busy.discard(index)
                         finally:
-                            self._busy.discard(index)
+                            if turn:
+                                self._give_batch_turn(index)
                     finally:
-                        if turn:
-                            self._give_batch_turn(index)
+                        self.governor.release()
                     backoff.reset()
+                    if not claimed:
+                        if self._stop_when_empty:
+                            return
+                        self._idle()
                 except Exception as exc:  # noqa: BLE001 - a slot never dies; it reconnects with backoff
                     if self.stats.aborted:
                         return
