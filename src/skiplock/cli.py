@@ -216,6 +216,9 @@ def enqueue(obj: Context, task: str, args_json: str, args_file: Any, queue: str 
               help="Seconds after which a batch starts no further job.")
 @click.option("--batch-slots", type=click.IntRange(1, 512), default=1, show_default=True,
               help="Slots that may run a batch at the same time.")
+@click.option("--fixed-concurrency", is_flag=True,
+              help="Let every slot hold a lease at once (by default the number adapts to how fast claims and "
+                   "commits are: see docs/batches.md).")
 @click.option("--stop-when-empty", is_flag=True, help="Exit once no job is available.")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO", show_default=True)
 @click.option("--no-maintenance", is_flag=True, help="Do not run the periodic scheduler and the pruner here.")
@@ -225,8 +228,8 @@ def enqueue(obj: Context, task: str, args_json: str, args_file: Any, queue: str 
 @click.pass_obj
 @handle_errors
 def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, poll_interval: float,
-           batch_size: int, batch_budget: float, batch_slots: int, stop_when_empty: bool, log_level: str,
-           no_maintenance: bool, fail_unknown_tasks: bool) -> None:
+           batch_size: int, batch_budget: float, batch_slots: int, fixed_concurrency: bool, stop_when_empty: bool,
+           log_level: str, no_maintenance: bool, fail_unknown_tasks: bool) -> None:
     """Run a worker. SIGINT/SIGTERM: finish in-flight jobs and exit 0; a second signal aborts them."""
     logging.basicConfig(level=log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = obj.app(app_spec)
@@ -236,7 +239,8 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
     app.check()
     w = app.worker(queues=queue_list, concurrency=concurrency, poll_interval=poll_interval,
                    batch_size=batch_size, batch_budget=batch_budget, batch_slots=batch_slots,
-                   maintenance=not no_maintenance, fail_unknown_tasks=fail_unknown_tasks)
+                   maintenance=not no_maintenance, fail_unknown_tasks=fail_unknown_tasks,
+                   adaptive_limit=not fixed_concurrency)
     logging.getLogger("skiplock.worker").info(
         "worker %s serving %s with %d slot(s); tasks: %s", w.name, ", ".join(queue_list) if queue_list else "all queues",
         concurrency, ", ".join(sorted(app.tasks)) or "none")

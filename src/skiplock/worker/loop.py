@@ -135,7 +135,7 @@ class Worker:
                  max_reconnect_delay: float = 30.0, maintenance: bool = True, prune_interval: float = 60.0,
                  batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = 0.05, batch_slots: int = 1,
                  listen: bool = True,
-                 rescue_interval: float = 5.0, fail_unknown_tasks: bool = False, adaptive: bool = True):
+                 rescue_interval: float = 5.0, fail_unknown_tasks: bool = False, adaptive_limit: bool = True):
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         if queues is not None:
@@ -183,7 +183,7 @@ class Worker:
         self._busy: set[int] = set()
         self._signals = 0
         self._waiting = 0  # slots waiting for work (their last claim found none)
-        self.governor = Governor(concurrency, adaptive=bool(adaptive))
+        self.governor = Governor(concurrency, adaptive=bool(adaptive_limit))
 
     # ---- control -------------------------------------------------------------------------------
 
@@ -205,6 +205,11 @@ class Worker:
                     self._wake_up.wait(self.poll_interval)
                 finally:
                     self._waiting -= 1
+
+    @property
+    def idle_slots(self) -> int:
+        """Slots waiting for work now (their last claim found none)."""
+        return self._waiting
 
     def _slot_idle(self) -> bool:
         """A slot is waiting for work: a batch then starts no further job (its rest is released at its

@@ -1,0 +1,112 @@
+"""The lease governor (worker/governor.py): how many slots may hold a lease at once, adapted to the
+lease overhead per job. Driven with an injected clock; no database, no sleeping."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from skiplock.worker.governor import Governor
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def governor(slots: int = 64, **kw) -> tuple[Governor, Clock]:
+    clock = Clock()
+    return Governor(slots, window=1.0, min_samples=4, clock=clock, **kw), clock
+
+
+def window(g: Governor, clock: Clock, overhead: float, *, waited: bool = True, samples: int = 10) -> int:
+    """One window: ``samples`` leases with this overhead per job, a slot waiting for a permit if
+    ``waited``; returns the limit after the window closes."""
+    for _ in range(samples):
+        g.observe(overhead)
+    if waited:
+        g._waited = True  # what acquire() records when a slot finds every permit taken
+    clock.now += 1.0
+    g.observe(overhead)  # the first sample of the next window closes this one
+    return g.limit
+
+
+def test_permits_beyond_the_limit_wait_and_a_release_lets_one_in():
+    g, _ = governor(slots=8, start=2, floor=1)
+    stop = threading.Event()
+    assert g.acquire(stop) and g.acquire(stop)
+    entered = threading.Event()
+    t = threading.Thread(target=lambda: g.acquire(stop) and entered.set())
+    t.start()
+    assert not entered.wait(0.2)  # a third slot waits while two leases are held
+    g.release()
+    assert entered.wait(5)
+    t.join(5)
+    assert g.held == 2
+
+
+def test_stopping_releases_a_waiting_slot_without_a_permit():
+    g, _ = governor(slots=2, start=1, floor=1)
+    stop = threading.Event()
+    assert g.acquire(stop)
+    got: list[bool] = []
+    t = threading.Thread(target=lambda: got.append(g.acquire(stop)))
+    t.start()
+    stop.set()
+    g.wake_all()
+    t.join(5)
+    assert got == [False] and g.held == 1
+
+
+def test_the_limit_grows_while_slots_wait_and_leases_stay_cheap_up_to_every_slot():
+    g, clock = governor(slots=64, start=16, floor=4)
+    limits = [window(g, clock, 0.001) for _ in range(40)]
+    assert limits[0] > 16
+    assert limits == sorted(limits) and limits[-1] == 64
+
+
+def test_the_limit_does_not_grow_when_no_slot_waits():
+    g, clock = governor(slots=64, start=16)
+    assert [window(g, clock, 0.001, waited=False) for _ in range(5)] == [16] * 5
+
+
+def test_the_limit_shrinks_in_proportion_when_the_overhead_per_job_rises_but_never_below_the_floor():
+    g, clock = governor(slots=64, start=32, floor=4, tolerance=2.0)
+    window(g, clock, 0.001)                     # baseline: 1 ms per job
+    grown = g.limit
+    after = window(g, clock, 0.008)             # 8x the baseline: contention
+    assert after < grown and after >= grown * 0.5 - 1  # at most halved per window
+    for _ in range(10):
+        window(g, clock, 0.050)
+    assert g.limit == 4
+
+
+def test_small_absolute_rises_are_not_contention():
+    g, clock = governor(slots=64, start=16, slack=0.002, tolerance=2.0)
+    window(g, clock, 0.0002)
+    before = g.limit
+    assert window(g, clock, 0.0009) >= before   # 4.5x but under 2 ms more: not a reason to shrink
+
+
+def test_long_jobs_whose_leases_give_few_samples_get_every_slot():
+    g, clock = governor(slots=64, start=8)
+    limits = [window(g, clock, 0.0, samples=0) for _ in range(4)]
+    assert limits == [16, 32, 64, 64]
+
+
+def test_without_adaptation_every_slot_holds_a_lease():
+    g, clock = governor(slots=64, adaptive=False)
+    assert g.limit == 64
+    window(g, clock, 0.001)
+    window(g, clock, 1.0)
+    assert g.limit == 64
+
+
+@pytest.mark.parametrize("slots", [1, 2, 3])
+def test_a_small_worker_starts_with_every_slot(slots):
+    g, _ = governor(slots=slots)
+    assert g.limit == slots
