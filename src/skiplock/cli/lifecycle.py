@@ -10,9 +10,9 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from .cli import STATE_STYLE, Context, cli, console, err_console, fail, handle_errors, plain
-from .errors import DuplicateJob
-from .job import JobState
+from ..errors import DuplicateJob
+from ..job import JobState
+from .group import STATE_STYLE, Context, console, err_console, fail, handle_errors, plain
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -26,7 +26,7 @@ def parse_duration(value: str) -> float:
     return float(m.group(1)) * _UNIT[m.group(2)]
 
 
-@cli.command()
+@click.command()
 @click.pass_obj
 @handle_errors
 def queues(obj: Context) -> None:
@@ -46,7 +46,7 @@ def queues(obj: Context) -> None:
     console.print(table)
 
 
-@cli.command()
+@click.command()
 @click.argument("queue")
 @click.option("--force", is_flag=True, help="Pause a queue no job has used yet.")
 @click.pass_obj
@@ -57,7 +57,7 @@ def pause(obj: Context, queue: str, force: bool) -> None:
     console.print(f"paused {queue!r}", markup=False)
 
 
-@cli.command()
+@click.command()
 @click.argument("queue")
 @click.pass_obj
 @handle_errors
@@ -69,7 +69,7 @@ def resume(obj: Context, queue: str) -> None:
         console.print(f"{queue!r} was not paused", markup=False)
 
 
-@cli.command()
+@click.command()
 @click.argument("job_id", type=int)
 @click.option("--reason", default="cancelled from the command line", show_default=True)
 @click.option("--wait", "wait_seconds", type=click.FloatRange(0, 3600), default=10, show_default=True,
@@ -87,7 +87,7 @@ def cancel(obj: Context, job_id: int, reason: str, wait_seconds: float) -> None:
         console.print(f"job {job_id} is still {state}; it ends cancelled as soon as its handler lets go", markup=False)
 
 
-@cli.command()
+@click.command()
 @click.argument("job_id", type=int, required=False)
 @click.option("--failed", "all_failed", is_flag=True, help="Every failed job (of --queue).")
 @click.option("--queue", help="With --failed: only this queue.")
@@ -118,14 +118,14 @@ def retry(obj: Context, job_id: int | None, all_failed: bool, queue: str | None)
             sys.exit(1)
 
 
-@cli.command()
+@click.command()
 @click.argument("job_id", type=int)
 @click.option("--timeout", type=click.FloatRange(0), help="Give up after this many seconds (exit 1).")
 @click.pass_obj
 @handle_errors
 def wait(obj: Context, job_id: int, timeout: float | None) -> None:
     """Wait for a job to finish and print its result as JSON (exit 1 if it failed or timed out)."""
-    from .errors import JobFailed, WaitTimeout
+    from ..errors import JobFailed, WaitTimeout
 
     try:
         result = obj.app().wait(job_id, timeout=timeout)
@@ -134,7 +134,7 @@ def wait(obj: Context, job_id: int, timeout: float | None) -> None:
     console.print(json.dumps(result), markup=False)
 
 
-@cli.command()
+@click.command()
 @click.option("--done", "done_age", help="Keep done jobs this long [1d].")
 @click.option("--failed", "failed_age", help="Keep failed jobs this long [30d].")
 @click.option("--cancelled", "cancelled_age", help="Keep cancelled jobs this long [7d].")

@@ -1,5 +1,5 @@
-"""Read-model commands of the ``skiplock`` CLI: ``workers``, and the "running now" and "workers"
-sections of ``skiplock status`` (what they show: :mod:`skiplock.readmodel`)."""
+"""Read-model commands of the ``skiplock`` CLI: ``status`` (counts, ready, failures, running now,
+workers, untakeable jobs) and ``workers`` (what they show: :mod:`skiplock.readmodel`)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ from datetime import datetime, timedelta
 
 import click
 from rich.table import Table
+from rich.text import Text
 
-from .app import App
-from .cli import Context, cli, console, handle_errors, plain
-from .readmodel import all_pages
+from ..app import App
+from ..job import JobState
+from ..readmodel import all_pages
+from .group import STATE_STYLE, Context, console, handle_errors, plain
 
 # `skiplock status` shows this many running jobs; `skiplock jobs --state running` lists them all.
 STATUS_RUNNING_ROWS = 50
@@ -106,7 +108,57 @@ def print_workers(app: App, *, title: str = "Workers", say_none: bool = True) ->
     console.print(table)
 
 
-@cli.command()
+@click.command()
+@click.pass_obj
+@handle_errors
+def status(obj: Context) -> None:
+    """Job counts by queue and state, the jobs running now, the live workers."""
+    app = obj.app()
+    counts = app.counts()
+    states = [s.value for s in JobState]
+    table = Table(title=plain(f"skiplock jobs (schema {app.schema})"))
+    table.add_column("queue")
+    for s in states:
+        table.add_column(s, justify="right", style=STATE_STYLE[s])
+    by_queue: dict[str, dict[str, int]] = {}
+    for queue, state, n in counts:
+        by_queue.setdefault(queue, {})[state] = n
+    for queue in sorted(by_queue):
+        table.add_row(plain(queue), *(str(by_queue[queue].get(s, 0)) for s in states))
+    if not by_queue:
+        table.add_row("(no jobs)", *("0" for _ in states))
+    console.print(table)
+    print_waiting(app)
+    print_failures(app)
+    print_running(app)
+    print_workers(app, say_none=False)
+    _print_untakeable(app)
+
+
+def untakeable_jobs(app: App) -> list[tuple[str, str, int]]:
+    """Queued jobs (queue, task, count) that no running worker can take, while some worker runs (when
+    none runs, every queued job waits for one: ``skiplock status`` says so once)."""
+    return app.untakeable_jobs() if app.live_workers() else []
+
+
+def _print_untakeable(app: App) -> None:
+    """Queued jobs that no running worker can take (no live worker serving the queue registers the task)."""
+    untakeable = app.untakeable_jobs()
+    if not untakeable:
+        return
+    if not app.live_workers():
+        console.print("No worker is running: queued jobs wait for one.", soft_wrap=True)
+        return
+    console.print("Queued jobs no running worker can take (none serving the queue has the task):", soft_wrap=True)
+    table = Table()
+    for col in ("queue", "task", "queued"):
+        table.add_column(col, justify="right" if col == "queued" else "left")
+    for queue, task, n in untakeable:
+        table.add_row(Text(queue), Text(task), str(n))  # names are data, never rich markup
+    console.print(table)
+
+
+@click.command()
 @click.pass_obj
 @handle_errors
 def workers(obj: Context) -> None:

@@ -10,8 +10,8 @@ from typing import Any
 import click
 from rich.table import Table
 
-from .app import App
-from .cli import APP_SEARCH, Context, cli, console, fail, handle_errors, import_object, json_option, plain
+from ..app import App
+from .group import APP_SEARCH, Context, console, fail, handle_errors, import_object, json_option, plain
 
 OUTBOX_STATES = ("pending", "delivering", "sent", "failed")
 OUTBOX_STYLE = {"pending": "cyan", "delivering": "yellow", "sent": "green", "failed": "red"}
@@ -19,7 +19,7 @@ OUTBOX_STYLE = {"pending": "cyan", "delivering": "yellow", "sent": "green", "fai
 
 def load_sink(spec: str, app: App) -> Any:
     """``module:attr`` -> a sink: the object itself if it has ``deliver``, else ``attr(app)``."""
-    from .outbox.sinks import check_sink
+    from ..outbox.sinks import check_sink
 
     obj = import_object(spec, "--sink")
     if obj is None:
@@ -41,7 +41,7 @@ def _headers(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-@cli.command()
+@click.command()
 @click.option("--app", "app_spec", envvar="SKIPLOCK_APP", help=f"module:app (its DSN/schema; needed by --enqueue). {APP_SEARCH}")
 @click.option("--webhook", metavar="URL", help="Deliver by HTTP POST to URL (Idempotency-Key header).")
 @click.option("--enqueue", "enqueue_jobs", is_flag=True, help="Deliver by enqueueing a skiplock job per message "
@@ -73,7 +73,7 @@ def relay(obj: Context, app_spec: str | None, webhook: str | None, enqueue_jobs:
           concurrency: int, lease: str | None, lease_seconds: float, poll_interval: float, listen: bool,
           stop_when_empty: bool, log_level: str) -> None:
     """Relay outbox messages through a sink. SIGINT/SIGTERM: finish the batch in hand and exit 0."""
-    from .outbox import EnqueueJobSink, HttpSink
+    from ..outbox import EnqueueJobSink, HttpSink
 
     chosen = [name for name, given in (("--webhook", webhook), ("--enqueue", enqueue_jobs), ("--sink", sink_spec)) if given]
     if len(chosen) != 1:
@@ -114,7 +114,7 @@ def _short(text: str | None, width: int = 80) -> str:
     return (text or "").splitlines()[0][:width] if text else ""
 
 
-@cli.group(invoke_without_command=True)
+@click.group(invoke_without_command=True)
 @click.option("--failed", is_flag=True, help="Only dead letters (state failed).")
 @click.option("--state", type=click.Choice(OUTBOX_STATES))
 @click.option("--topic")

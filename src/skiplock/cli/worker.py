@@ -1,0 +1,58 @@
+"""The ``skiplock worker`` command: run a worker until a signal (or ``--stop-when-empty``)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from ..worker.loop import DEFAULT_BATCH_SIZE
+from .group import APP_SEARCH, Context, fail, handle_errors
+
+
+@click.command()
+@click.option("--app", "app_spec", envvar="SKIPLOCK_APP", required=True,
+              help=f"module:app holding the tasks. {APP_SEARCH}")
+@click.option("--queues", help="Comma-separated queues to serve [all].")
+@click.option("--concurrency", type=click.IntRange(1, 512), default=4, show_default=True, help="Slots (connections).")
+@click.option("--poll-interval", type=click.FloatRange(0.01, 60), default=0.5, show_default=True,
+              help="Fallback poll when no NOTIFY arrives.")
+@click.option("--batch-size", type=click.IntRange(1, 1000), default=DEFAULT_BATCH_SIZE, show_default=True,
+              help="Most jobs one claim takes; fast jobs then share one commit (adaptive, see docs/batches.md).")
+@click.option("--batch-budget", type=click.FloatRange(0.001, 60), default=0.05, show_default=True,
+              help="Seconds after which a batch starts no further job.")
+@click.option("--batch-slots", type=click.IntRange(1, 512), default=1, show_default=True,
+              help="Slots that may run a batch at the same time.")
+@click.option("--fixed-concurrency", is_flag=True,
+              help="Let every slot hold a lease at once (by default the number adapts to how fast claims and "
+                   "commits are: see docs/batches.md).")
+@click.option("--stop-when-empty", is_flag=True, help="Exit once no job is available.")
+@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO", show_default=True)
+@click.option("--no-maintenance", is_flag=True, help="Do not run the periodic scheduler and the pruner here.")
+@click.option("--fail-unknown-tasks", is_flag=True,
+              help="Also claim jobs of tasks this app does not register, and fail them at once (by default they "
+                   "stay queued for a worker that knows them).")
+@click.pass_obj
+@handle_errors
+def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, poll_interval: float,
+           batch_size: int, batch_budget: float, batch_slots: int, fixed_concurrency: bool, stop_when_empty: bool,
+           log_level: str, no_maintenance: bool, fail_unknown_tasks: bool) -> None:
+    """Run a worker. SIGINT/SIGTERM: finish in-flight jobs and exit 0; a second signal aborts them."""
+    logging.basicConfig(level=log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = obj.app(app_spec)
+    queue_list = [q for q in queues.split(",")] if queues else None
+    if queue_list is not None and not all(queue_list):
+        fail(f"--queues has an empty name: {queues!r}")
+    app.check()
+    w = app.worker(queues=queue_list, concurrency=concurrency, poll_interval=poll_interval,
+                   batch_size=batch_size, batch_budget=batch_budget, batch_slots=batch_slots,
+                   maintenance=not no_maintenance, fail_unknown_tasks=fail_unknown_tasks,
+                   adaptive_limit=not fixed_concurrency)
+    logging.getLogger("skiplock.worker").info(
+        "worker %s serving %s with %d slot(s); tasks: %s", w.name, ", ".join(queue_list) if queue_list else "all queues",
+        concurrency, ", ".join(sorted(app.tasks)) or "none")
+    stats = w.run(stop_when_empty=stop_when_empty)
+    logging.getLogger("skiplock.worker").info("worker %s stopped: %d done, %d retried, %d failed", w.name, stats.done,
+                                              stats.retried, stats.failed)
+    sys.exit(1 if stats.aborted else 0)
