@@ -321,29 +321,3 @@ def test_a_stuck_batch_does_not_stop_the_other_slots(app, batched_at_once):
         worker.stop()
         thread.join(30)
 
-
-def test_a_batch_hands_its_remaining_jobs_to_an_idle_slot(app, db, batched_at_once):
-    """Issue 16: no ready job waits behind a busy slot's batch-mates while another slot is idle. One
-    slot claims all four jobs in one batch; the other finds nothing and waits for work. When the
-    first job returns, the batch starts no further job: it commits, releasing the other three, and
-    the idle slot is woken to claim them -- they are not written by the first batch's transaction."""
-    holder = {}
-
-    @app.task(name="quick")
-    def quick(job, first=False):
-        if first:  # the batch's first job returns only once the other slot is waiting for work
-            wait_for(lambda: holder["worker"].idle_slots > 0, timeout=20)
-
-    ids = app.enqueue_many([("quick", {"first": True})] + [("quick", {})] * 3)
-    worker = holder["worker"] = app.worker(concurrency=2, batch_size=4, batch_slots=2, poll_interval=5.0, handle_signals=False,
-                                           maintenance=False, batch_budget=60)  # 2 turns: B never waits for one
-    thread = threading.Thread(target=worker.run)
-    thread.start()
-    try:
-        wait_for(lambda: all(app.get_job(i).state == "done" for i in ids), timeout=20)  # well before the 5 s poll
-    finally:
-        worker.stop()
-        thread.join(30)
-    batches = batches_of(db, ids)
-    assert [ids[0]] in batches, batches  # the first job's transaction wrote it alone
-    assert worker.stats.done == 4

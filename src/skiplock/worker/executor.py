@@ -195,7 +195,7 @@ class Executor:
         return seconds is None or seconds > self.fast_seconds
 
     def run_batch(self, conn: psycopg.Connection[Any], batch: list[ClaimedJob], slot: str, budget: float,
-                  stopping: threading.Event, hand_over: Callable[[], bool] = lambda: False) -> BatchRun:
+                  stopping: threading.Event) -> BatchRun:
         """Run the jobs one claim locked, in that claim's transaction, and COMMIT. Returns the
         outcomes that are durable. A job that
         must run alone (see ``alone``) runs alone: first, or not in this transaction (the jobs not
@@ -203,12 +203,12 @@ class Executor:
         shared (a suspect's run takes it exclusive, see ``run``)."""
         self._local.handler_seconds = 0.0
         with self.gate.shared():
-            run = self._run_batch(conn, batch, slot, budget, stopping, hand_over)
+            run = self._run_batch(conn, batch, slot, budget, stopping)
         run.handler_seconds = self._local.handler_seconds
         return run
 
     def _run_batch(self, conn: psycopg.Connection[Any], batch: list[ClaimedJob], slot: str, budget: float,
-                   stopping: threading.Event, hand_over: Callable[[], bool]) -> BatchRun:
+                   stopping: threading.Event) -> BatchRun:
         alone = self.alone(batch[0].task)
         if alone:
             task = self.app.tasks[batch[0].task]
@@ -221,14 +221,14 @@ class Executor:
                     batch = batch[:n]
                     break
         if len(batch) > 1:
-            return self._run_many(conn, batch, slot, budget, stopping, hand_over)
+            return self._run_many(conn, batch, slot, budget, stopping)
         outcome = self.run(conn, batch[0], slot, commit=True)
         if not conn.closed:
             conn.commit()  # the paths that wrote without running a handler (nothing to do if committed)
         return BatchRun([outcome], alone=alone)
 
     def _run_many(self, conn: psycopg.Connection[Any], batch: list[ClaimedJob], slot: str, budget: float,
-                  stopping: threading.Event, hand_over: Callable[[], bool]) -> BatchRun:
+                  stopping: threading.Event) -> BatchRun:
         """Several jobs in one transaction, one after another, then one COMMIT.
 
         One durable write marks the batch before the first handler starts (``start_batch``: if the
@@ -238,9 +238,7 @@ class Executor:
         (a refused completion rolls back its work alone); the others are written ``done`` together at
         the end, in one statement sent with the COMMIT (one round trip; one refused there because a
         cancellation was requested meanwhile had no effects, and is recorded cancelled afterwards).
-        Stops starting jobs once ``budget`` seconds have passed, the worker is stopping, or ``hand_over()``
-        says another slot is idle (so no ready job waits behind its batch-mates while a slot could run
-        it: the rest are released at the COMMIT for that slot to claim). A suspect
+        Stops starting jobs once ``budget`` seconds have passed or the worker is stopping. A suspect
         runs alone: first, or not in this batch. A job asked to cancel or of an unknown task takes the
         single-job path (``run``). If the lease ends mid-batch, every job's work in it was rolled back:
         none of them is reported, and each runs again, alone."""
@@ -260,7 +258,7 @@ class Executor:
         out_of_time = False
         began = time.perf_counter()
         for i, claimed in enumerate(batch):
-            if i and (time.monotonic() > deadline or stopping.is_set() or hand_over()):
+            if i and (time.monotonic() > deadline or stopping.is_set()):
                 out_of_time = True
                 break
             task = self.app.tasks.get(claimed.task)

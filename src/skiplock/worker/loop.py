@@ -212,11 +212,6 @@ class Worker:
         """Slots waiting for work now (their last claim found none)."""
         return self._waiting
 
-    def _slot_idle(self) -> bool:
-        """A slot is waiting for work: a batch then starts no further job (its rest is released at its
-        COMMIT for that slot to take), and claims take one job at a time."""
-        return self._waiting > 0
-
     def stop(self, abort: bool = False) -> None:
         """Stop claiming. With ``abort``, also end in-flight jobs: their transactions roll back."""
         self._stopping.set()
@@ -351,7 +346,7 @@ class Worker:
         """Claim the next job(s) in a new transaction on ``conn``. Returns them, and whether this slot
         now holds a batch turn (only while it has a batch of fast jobs to run; see ``batch_slots``)."""
         executor.gate.wait_open(self._stopping)  # no claim while a suspect runs alone (see gate.py)
-        limit = 1 if self._slot_idle() else size.value
+        limit = size.value
         turn = limit > 1 and size.instant
         if turn:
             turn = self._take_batch_turn(index)
@@ -410,15 +405,13 @@ class Worker:
                                 self._busy.add(index)
                                 try:
                                     run = executor.run_batch(conn, claimed, slot_name, self.batch_budget,
-                                                             self._stopping, self._slot_idle)
+                                                             self._stopping)
                                     for outcome in run.outcomes:
                                         self.stats.count(outcome)
                                     size.after(len(claimed), run)
                                     if run.outcomes:
                                         self.governor.observe(
                                             (time.perf_counter() - began - run.handler_seconds) / len(run.outcomes))
-                                    if run.out_of_time:  # its rest was released: an idle slot may take it
-                                        self.wake(every=False)
                                 finally:
                                     self._busy.discard(index)
                         finally:
