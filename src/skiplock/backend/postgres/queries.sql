@@ -356,15 +356,7 @@ SELECT id FROM ins, wake;
 -- Errors still pending in job_attempts (see `record_outcome`) are shown as recorded. A transaction-lease
 -- job in flight (see `running_now`: its row still says 'queued') is shown 'running', with the slot
 -- and start of its attempt.
-WITH live AS MATERIALIZED (
-SELECT pid, xact_start FROM pg_stat_activity
- WHERE application_name LIKE 'skiplock-worker%%' AND xact_start IS NOT NULL),
-in_flight AS MATERIALIZED (
-SELECT a.job_id, a.started AS attempt, a.worker AS slot, a.started_at AS since
-  FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
- WHERE j.state = 'queued' AND a.started > j.attempts AND a.job_id = %(id)s
-   AND (a.pending_errors -> -1 ->> 'attempt') IS DISTINCT FROM a.started::text
-   AND EXISTS (SELECT FROM live s WHERE s.pid = a.backend_pid AND s.xact_start <= a.started_at))
+WITH in_flight AS MATERIALIZED (SELECT * FROM {schema}.attempts_in_flight WHERE job_id = %(id)s)
 SELECT j.id, j.queue, j.task, j.args, j.priority, CASE WHEN f.job_id IS NULL THEN j.state ELSE 'running' END AS state,
        greatest(j.attempts, coalesce(a.started, 0)) AS attempts,
        j.max_attempts, j.run_at, j.created_at, coalesce(f.since, j.started_at) AS started_at, j.finished_at,
@@ -380,15 +372,7 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, CASE WHEN f.job_id IS NULL THE
 -- the first page), never an OFFSET, so a job enqueued meanwhile (a higher id) cannot push a row into
 -- the next page twice, nor a job deleted meanwhile make one skip a row. States as `get_job` shows them:
 -- a transaction-lease job in flight is 'running' (and not 'queued').
-WITH live AS MATERIALIZED (
-SELECT pid, xact_start FROM pg_stat_activity
- WHERE application_name LIKE 'skiplock-worker%%' AND xact_start IS NOT NULL),
-in_flight AS MATERIALIZED (
-SELECT a.job_id, a.started AS attempt, a.worker AS slot, a.started_at AS since
-  FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
- WHERE j.state = 'queued' AND a.started > j.attempts
-   AND (a.pending_errors -> -1 ->> 'attempt') IS DISTINCT FROM a.started::text
-   AND EXISTS (SELECT FROM live s WHERE s.pid = a.backend_pid AND s.xact_start <= a.started_at))
+WITH in_flight AS MATERIALIZED (SELECT * FROM {schema}.attempts_in_flight)
 SELECT j.id, j.queue, j.task, j.args, j.priority, CASE WHEN f.job_id IS NULL THEN j.state ELSE 'running' END AS state,
        greatest(j.attempts, coalesce(a.started, 0)) AS attempts,
        j.max_attempts, j.run_at, j.created_at, coalesce(f.since, j.started_at) AS started_at, j.finished_at,
@@ -409,15 +393,7 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, CASE WHEN f.job_id IS NULL THE
 -- Jobs by queue and state, as `get_job` shows them: a transaction-lease job in flight (see
 -- `running_now`) counts as 'running', not 'queued'. One snapshot for both parts, so the job counted
 -- 'queued' by the first is the one moved by the second.
-WITH live AS MATERIALIZED (
-SELECT pid, xact_start FROM pg_stat_activity
- WHERE application_name LIKE 'skiplock-worker%%' AND xact_start IS NOT NULL),
-in_flight AS MATERIALIZED (
-SELECT a.job_id, a.started AS attempt, a.worker AS slot, a.started_at AS since
-  FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
- WHERE j.state = 'queued' AND a.started > j.attempts
-   AND (a.pending_errors -> -1 ->> 'attempt') IS DISTINCT FROM a.started::text
-   AND EXISTS (SELECT FROM live s WHERE s.pid = a.backend_pid AND s.xact_start <= a.started_at)),
+WITH in_flight AS MATERIALIZED (SELECT * FROM {schema}.attempts_in_flight),
 c AS (
 SELECT queue, state, count(*) AS n FROM {schema}.jobs GROUP BY queue, state
 UNION ALL
@@ -792,7 +768,8 @@ SELECT q.queue, q.task, q.n
 --   session crashed (a SIGKILLed worker, a lost connection, an abort) is not in flight as soon as the
 --   server has ended that session; until then (a vanished host: at most the keepalive /
 --   tcp_user_timeout bound or lease_timeout, see docs/guarantees.md) it is still shown.
---   pg_stat_activity is read once per statement (`live`, materialized), never per row. A role that
+--   The test is written once, in the views `attempts_in_flight` and `lease_sessions` (migration 10);
+--   each statement reads it once (a materialized CTE), never per row. A role that
 --   cannot see the worker sessions' xact_start (another role's, without pg_read_all_stats) sees no
 --   transaction-lease job in flight.
 -- * jobs of a batch (several jobs claimed in one transaction: `start_batch`) get no attempt row
@@ -805,15 +782,7 @@ SELECT q.queue, q.task, q.n
 -- name: running_now
 -- Every job in flight (see above), by job id, a page at a time: %(after)s is the last id of the
 -- previous page (NULL: the first page), %(limit)s the page size.
-WITH live AS MATERIALIZED (
-SELECT pid, xact_start FROM pg_stat_activity
- WHERE application_name LIKE 'skiplock-worker%%' AND xact_start IS NOT NULL),
-in_flight AS MATERIALIZED (
-SELECT a.job_id, a.started AS attempt, a.worker AS slot, a.started_at AS since
-  FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
- WHERE j.state = 'queued' AND a.started > j.attempts
-   AND (a.pending_errors -> -1 ->> 'attempt') IS DISTINCT FROM a.started::text
-   AND EXISTS (SELECT FROM live s WHERE s.pid = a.backend_pid AND s.xact_start <= a.started_at)),
+WITH in_flight AS MATERIALIZED (SELECT * FROM {schema}.attempts_in_flight),
 running AS (
 SELECT f.job_id, 'transaction' AS lease, f.attempt, f.slot, f.since, NULL::timestamptz AS lease_expires_at
   FROM in_flight f
@@ -835,15 +804,7 @@ SELECT r.job_id, j.queue, j.task, r.lease, r.attempt, j.max_attempts,
 -- name: list_running_jobs
 -- `list_jobs` for state 'running': the jobs `running_now` lists, newest first, keyset on %(before)s.
 -- Read through the (small) in-flight set, not by scanning the jobs table.
-WITH live AS MATERIALIZED (
-SELECT pid, xact_start FROM pg_stat_activity
- WHERE application_name LIKE 'skiplock-worker%%' AND xact_start IS NOT NULL),
-in_flight AS MATERIALIZED (
-SELECT a.job_id, a.started AS attempt, a.worker AS slot, a.started_at AS since
-  FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
- WHERE j.state = 'queued' AND a.started > j.attempts
-   AND (a.pending_errors -> -1 ->> 'attempt') IS DISTINCT FROM a.started::text
-   AND EXISTS (SELECT FROM live s WHERE s.pid = a.backend_pid AND s.xact_start <= a.started_at)),
+WITH in_flight AS MATERIALIZED (SELECT * FROM {schema}.attempts_in_flight),
 ids AS (SELECT job_id AS id FROM in_flight UNION ALL SELECT id FROM {schema}.jobs WHERE state = 'running')
 SELECT j.id, j.queue, j.task, j.args, j.priority, 'running' AS state,
        greatest(j.attempts, coalesce(a.started, 0)) AS attempts,
@@ -866,9 +827,7 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, 'running' AS state,
 -- COMMIT; a live session whose transaction began no later than the row is theirs -- the same test as
 -- `running_now`'s): slot, since, and how many of their jobs they still hold (still queued). Which
 -- of those jobs runs at this moment is not recorded. By batch id, keyset on %(after)s.
-WITH live AS MATERIALIZED (
-SELECT pid, xact_start FROM pg_stat_activity
- WHERE application_name LIKE 'skiplock-worker%%' AND xact_start IS NOT NULL)
+WITH live AS MATERIALIZED (SELECT * FROM {schema}.lease_sessions)
 SELECT b.id, regexp_replace(b.worker, '/[0-9]+$', '') AS worker, substring(b.worker FROM '/([0-9]+)$')::int AS slot,
        b.started_at,
        (SELECT count(*) FROM {schema}.jobs j WHERE j.id = ANY(b.ids) AND j.state = 'queued') AS jobs
@@ -883,15 +842,7 @@ SELECT b.id, regexp_replace(b.worker, '/[0-9]+$', '') AS worker, substring(b.wor
 -- exits): oldest first, keyset on (started_at, id) after (%(after_started)s, %(after_id)s) -- both
 -- NULL for the first page. With how many jobs each runs now (its slots' names in `running_now`'s
 -- sense: the row's name before "/<slot>"; claimed-lease rows and transaction-lease attempts in flight).
-WITH live AS MATERIALIZED (
-SELECT pid, xact_start FROM pg_stat_activity
- WHERE application_name LIKE 'skiplock-worker%%' AND xact_start IS NOT NULL),
-in_flight AS MATERIALIZED (
-SELECT a.job_id, a.started AS attempt, a.worker AS slot, a.started_at AS since
-  FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
- WHERE j.state = 'queued' AND a.started > j.attempts
-   AND (a.pending_errors -> -1 ->> 'attempt') IS DISTINCT FROM a.started::text
-   AND EXISTS (SELECT FROM live s WHERE s.pid = a.backend_pid AND s.xact_start <= a.started_at)),
+WITH in_flight AS MATERIALIZED (SELECT * FROM {schema}.attempts_in_flight),
 slots AS (
 SELECT regexp_replace(slot, '/[0-9]+$', '') AS name FROM in_flight
 UNION ALL
@@ -921,15 +872,7 @@ SELECT queue, coalesce(substring(last_error FROM '^([^:\n]{{1,200}}):'), 'other'
 -- Per queue, the queued jobs due now (run_at passed) that are not in flight (see `running_now`; a
 -- transaction-lease job's row still says 'queued' while it runs): how many, and the oldest one's
 -- due time and age (how long the head of the queue has waited). Whether the queue is paused.
-WITH live AS MATERIALIZED (
-SELECT pid, xact_start FROM pg_stat_activity
- WHERE application_name LIKE 'skiplock-worker%%' AND xact_start IS NOT NULL),
-in_flight AS MATERIALIZED (
-SELECT a.job_id, a.started AS attempt, a.worker AS slot, a.started_at AS since
-  FROM {schema}.job_attempts a JOIN {schema}.jobs j ON j.id = a.job_id
- WHERE j.state = 'queued' AND a.started > j.attempts
-   AND (a.pending_errors -> -1 ->> 'attempt') IS DISTINCT FROM a.started::text
-   AND EXISTS (SELECT FROM live s WHERE s.pid = a.backend_pid AND s.xact_start <= a.started_at))
+WITH in_flight AS MATERIALIZED (SELECT * FROM {schema}.attempts_in_flight)
 SELECT j.queue, count(*) AS ready, min(j.run_at) AS oldest_run_at, now() - min(j.run_at) AS age,
        EXISTS (SELECT FROM {schema}.paused_queues p WHERE p.queue = j.queue) AS paused
   FROM {schema}.jobs j
