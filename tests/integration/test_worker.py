@@ -218,3 +218,18 @@ def test_bad_worker_options_are_refused(app):
         app.worker(concurrency=0)
     with pytest.raises(ValueError, match="queues"):
         app.worker(queues=[""])
+
+
+@pytest.mark.parametrize("batch_size", [1, 8])
+def test_a_handler_sees_its_job_running_whether_it_runs_alone_or_in_a_batch(app, batch_size):
+    """Issue 11: under the transaction lease the row says 'queued' while it runs (its lock is the lease),
+    but the Job the handler gets says what it is: running."""
+    seen = []
+
+    @app.task(name="look")
+    def look(job):
+        seen.append(job.state.value)
+
+    app.enqueue_many([("look", {})] * 20)
+    app.worker(concurrency=1, batch_size=batch_size, handle_signals=False, maintenance=False).run(stop_when_empty=True)
+    assert seen == ["running"] * 20

@@ -268,7 +268,7 @@ class Executor:
                 outcome = self.run(conn, claimed, slot, batch=batch_id if claimed.id in suspects else None)
             else:
                 job = Job(id=claimed.id, queue=claimed.queue, task=claimed.task, args=claimed.args,
-                          priority=claimed.priority, state=JobState.QUEUED, attempts=attempt,
+                          priority=claimed.priority, state=JobState.RUNNING, attempts=attempt,
                           max_attempts=claimed.max_attempts, run_at=claimed.run_at, created_at=claimed.created_at,
                           started_at=started_at, worker=slot, _conn=conn, _before_conn=take_savepoint)
                 outcome = self._handle(task, job, claimed, attempt, conn)
@@ -343,7 +343,7 @@ class Executor:
         if task.timeout is not None:
             backend.set_local_timeouts(conn, task.timeout)
         job = Job(id=claimed.id, queue=claimed.queue, task=claimed.task, args=claimed.args,
-                  priority=claimed.priority, state=JobState.QUEUED, attempts=attempt,
+                  priority=claimed.priority, state=JobState.RUNNING, attempts=attempt,
                   max_attempts=claimed.max_attempts, run_at=claimed.run_at, created_at=claimed.created_at,
                   started_at=started_at, worker=slot, _conn=conn, _before_conn=lambda: backend.savepoint(conn))
         outcome = self._handle(task, job, claimed, attempt, conn)
