@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Sequence
 
 import psycopg
 
-from ..app import check_text, to_json
+from ..values import check_text, to_json
 from ..backend.outbox_base import MessageRecord, NewMessage, OutboxStore
 from .errors import InvalidMessage, MessageNotFound
 

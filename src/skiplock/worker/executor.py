@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from ..app import to_json
+from ..values import to_json
 from ..backend.base import ClaimedJob
 from ..backend.postgres.backend import CONNECTION_LOST, connection_lost, session_gone
 from ..job import (Cancel, Cancelled, Done, Failed, Job, JobState, LeaseLost, Outcome, Retry, RetryLater, Snooze,

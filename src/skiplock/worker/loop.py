@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import psycopg
 
-from ..app import MAX_QUEUE_CHARS, check_text
+from ..values import MAX_QUEUE_CHARS, check_text
 from ..backend.postgres.backend import connection_lost
 from ..errors import ConfigurationError, DatabaseUnavailable
 from ..job import Cancelled, Done, Failed, LeaseLost, RetryLater, Snoozed
