@@ -82,6 +82,10 @@ class Subject:
         waiting" is something a test can see fail, not a hang)."""
         raise NotImplementedError
 
+    def waiting(self, conn: Any) -> bool:
+        """Whether the connection's session is waiting on a lock now (to know two calls overlap)."""
+        raise NotImplementedError
+
     def kill(self, conn: Any) -> None:
         """End the connection's session from outside (an operator, a crash) and return once the server
         has ended it (its transaction rolled back, its locks released)."""
@@ -166,6 +170,13 @@ class PostgresSubject(Subject):
             assert admin.execute("SELECT pg_terminate_backend(%s)", [pid]).fetchone()[0], f"no session {pid}"
             _until(lambda: admin.execute("SELECT NOT EXISTS (SELECT FROM pg_stat_activity WHERE pid = %s)",
                                          [pid]).fetchone()[0], f"session {pid} to end")
+
+    def waiting(self, conn: Any) -> bool:
+        import psycopg
+
+        with psycopg.connect(self.admin_dsn, autocommit=True) as admin:
+            return bool(admin.execute("SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = %s "
+                                      "AND wait_event_type = 'Lock')", [self.session(conn)]).fetchone()[0])
 
     def woken(self, listener: Any, payload: str, timeout: float = 10.0) -> bool:
         deadline = time.monotonic() + timeout
