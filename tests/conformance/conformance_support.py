@@ -143,6 +143,7 @@ class PostgresSubject(Subject):
         self.backend = backend
         self.dsn = dsn
         self.admin_dsn = admin_dsn
+        self._seen: dict[int, set[str]] = {}
 
     def producer(self) -> Any:
         import psycopg
@@ -179,12 +180,11 @@ class PostgresSubject(Subject):
                                       "AND wait_event_type = 'Lock')", [self.session(conn)]).fetchone()[0])
 
     def woken(self, listener: Any, payload: str, timeout: float = 10.0) -> bool:
+        seen = self._seen.setdefault(id(listener), set())  # notifications read while waiting for another
         deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            for note in listener.notifies(timeout=min(left, 0.5)):
-                if note.payload == payload:
-                    return True
-        return False
+        while payload not in seen and (left := deadline - time.monotonic()) > 0:
+            seen.update(note.payload for note in listener.notifies(timeout=min(left, 0.5), stop_after=1))
+        return payload in seen
 
     def age_finished(self, job_id: int, seconds: float) -> None:
         import psycopg
