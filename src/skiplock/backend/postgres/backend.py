@@ -862,10 +862,10 @@ class PostgresBackend:
         return {r[0] for r in rows}
 
     def rescue_expired(self, batch: int = 1000) -> list[tuple[int, str]]:
-        return [(r[0], r[1]) for r in self._all("rescue_expired", {"batch": batch})]
+        return [(r[0], r[1]) for r in self._all("rescue_expired", {"batch": batch, "prefix": f"{self.schema}:"})]
 
     def cancel_running(self, job_id: int) -> bool:
-        return self._one("cancel_running", {"id": job_id}) is not None
+        return self._one("cancel_running", {"id": job_id, "notice": self.notice(job_id)}) is not None
 
     # ---- plumbing ----------------------------------------------------------------------------
 

@@ -704,7 +704,8 @@ RETURNING j.id;
 
 -- name: rescue_expired
 -- Leases nobody renewed: back to the queue, or 'failed' after the last attempt. A batch at a time,
--- skipping rows someone is finishing right now.
+-- skipping rows someone is finishing right now. A job failed here is finished: its waiters are
+-- notified, as by every finishing write.
 WITH expired AS (
 SELECT id FROM {schema}.jobs
  WHERE state = 'running' AND lease_expires_at < now()
@@ -726,11 +727,14 @@ UPDATE {schema}.jobs j
                           ORDER BY n DESC LIMIT 20) last)
   FROM expired
  WHERE j.id = expired.id
-RETURNING j.id, j.state)
-SELECT id, state FROM upd ORDER BY id;
+RETURNING j.id, j.state),
+woken AS (SELECT count(pg_notify('skiplock', %(prefix)s || w.job_id)) FROM {schema}.job_waiters w
+           WHERE w.job_id IN (SELECT id FROM upd WHERE state = 'failed'))
+SELECT id, state FROM upd, woken ORDER BY id;
 
 -- name: cancel_running
--- A claimed-lease job: cancelled directly; the worker's fenced finishing write will be refused.
+-- A claimed-lease job: cancelled directly; the worker's fenced finishing write will be refused. A
+-- finishing write: its waiters are notified.
 WITH upd AS (
 UPDATE {schema}.jobs
    SET state = 'cancelled', finished_at = clock_timestamp(), owner = NULL, lease_expires_at = NULL,
@@ -738,7 +742,9 @@ UPDATE {schema}.jobs
  WHERE id = %(id)s AND state = 'running'
 RETURNING id),
 requests_done AS (DELETE FROM {schema}.job_cancellations WHERE job_id IN (SELECT id FROM upd))
-SELECT id FROM upd;
+SELECT id, (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_waiters w
+             WHERE w.job_id IN (SELECT id FROM upd))
+  FROM upd;
 
 -- name: worker_seen
 -- A worker says it is alive, with what it can take: inserted at start, last_seen refreshed every few
