@@ -100,6 +100,11 @@ class Subject:
         """The payload announcing that a job finished."""
         return str(self.backend.notice(job_id))
 
+    def database_default_isolation(self, level: str) -> None:
+        """Make ``level`` ("repeatable read", "serializable") the database's default for new sessions,
+        as a DBA might (skiplock's sessions must not inherit it)."""
+        raise NotImplementedError
+
     def age_finished(self, job_id: int, seconds: float) -> None:
         """The test-side clock: the job finished ``seconds`` earlier than it did."""
         raise NotImplementedError
@@ -185,6 +190,15 @@ class PostgresSubject(Subject):
         while payload not in seen and (left := deadline - time.monotonic()) > 0:
             seen.update(note.payload for note in listener.notifies(timeout=min(left, 0.5), stop_after=1))
         return payload in seen
+
+    def database_default_isolation(self, level: str) -> None:
+        import psycopg
+        from psycopg import conninfo, sql
+
+        name = conninfo.conninfo_to_dict(self.dsn)["dbname"]
+        with psycopg.connect(self.admin_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("ALTER DATABASE {} SET default_transaction_isolation = {}").format(
+                sql.Identifier(name), sql.Literal(level)))
 
     def age_finished(self, job_id: int, seconds: float) -> None:
         import psycopg

@@ -669,6 +669,7 @@ class PostgresBackend:
         value = f"{max(1, int(seconds * 1000))}ms"
         conn.execute(self.q["set_local_timeouts"], {"value": value})
         if conn.info.server_version >= 170000:
+            conn.execute(self.q["stop_local_transaction_timeout"])  # so the next one re-arms the timer
             conn.execute(self.q["set_local_transaction_timeout"], {"value": value})
 
     def complete(self, conn: psycopg.Connection[Any] | None, job: ClaimedJob, attempt: int, result_json: str | None,

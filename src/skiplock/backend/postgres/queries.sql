@@ -681,6 +681,14 @@ SELECT max(tick) FROM {schema}.periodic_ticks WHERE schedule = %(schedule)s;
 SELECT set_config('statement_timeout', %(value)s, true),
        set_config('idle_in_transaction_session_timeout', %(value)s, true);
 
+-- name: stop_local_transaction_timeout
+-- PostgreSQL 17+: a transaction_timeout changed inside a transaction re-arms its timer only if the
+-- timer was off -- the lease's own (session-level transaction_timeout = lease_timeout) is already
+-- running, so setting the task's value alone would change nothing, and idle_in_transaction_session_timeout
+-- is not armed either when it is not below transaction_timeout. Turned off first, then
+-- `set_local_transaction_timeout` arms it anew: the task's timeout counts from now.
+SELECT set_config('transaction_timeout', '0', true);
+
 -- name: set_local_transaction_timeout
 SELECT set_config('transaction_timeout', %(value)s, true);
 
