@@ -235,5 +235,4 @@ def in_thread(fn: Callable[[], Any]) -> Callable[[float], Any]:
             raise box["error"]
         return box["value"]
 
-    join.running = thread.is_alive  # type: ignore[attr-defined]
     return join

@@ -66,6 +66,19 @@ def test_the_fence_refuses_a_late_writer_once_another_owner_runs_the_job(subject
     assert subject.job(job_id)["attempts"] == 2
 
 
+def test_the_rescuer_returns_an_expired_lease_to_the_queue_with_its_attempt_used(subject, enqueue):
+    """Guarantee: "Claimed lease: a worker process that dies charges one attempt ... the rescuer returns
+    each job with that attempt used", the lapse recorded; the next claim numbers the next attempt."""
+    job_id, claimed, owner, attempt = _started(subject, enqueue, lease_seconds=0.001)
+    _expire(subject, job_id)
+    job = subject.job(job_id)
+    assert (job["state"], job["attempts"]) == ("queued", 1)
+    assert job["last_error"].startswith("lease expired") and [e["error"] for e in job["errors"]] == ["lease expired"]
+    conn = subject.lease()
+    again = subject.claim_one(conn)
+    assert subject.backend.start_claimed(conn, again, uuid.uuid4(), 60.0, "w/1") == (2, None)
+
+
 def test_the_rescuer_fails_a_job_after_its_last_attempt(subject, enqueue):
     """Guarantee: "every path that re-queues a job is bounded by max_attempts: ... the rescuer (failed
     after the last attempt)", with the reason recorded."""

@@ -51,6 +51,16 @@ def test_a_unique_key_is_free_again_when_the_holder_rolls_back_or_finishes(subje
     assert backend.enqueue_unique(new_job(), "k")[1]
 
 
+def test_a_running_claimed_job_holds_its_unique_key(subject, backend):
+    """Guarantee: the key is held by a queued *or running* job: an enqueue meanwhile gets the holder."""
+    holder, _ = backend.enqueue_unique(new_job(), "k")
+    lease = subject.lease()
+    backend.start_claimed(lease, subject.claim_one(lease), uuid.uuid4(), 60.0, "w/0")
+    subject.commit(lease)
+    assert backend.enqueue_unique(new_job(), "k") == (holder, False)
+    assert backend.unique_key_holder("k") == (holder, "running")
+
+
 def test_retrying_a_failed_job_whose_key_a_newer_job_holds_is_refused_and_reported(subject, backend):
     """Guarantee: "retrying failed jobs whose unique key is held by a newer job: retry_failed retries
     every other job and reports each held one (the holder's id); retry_job refuses"."""
