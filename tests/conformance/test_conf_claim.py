@@ -43,6 +43,19 @@ def test_a_killed_lease_session_returns_the_job(subject, enqueue):
     assert subject.state(job_id) == "queued"
 
 
+def test_terminating_a_lease_session_returns_the_job(subject, enqueue, backend):
+    """Guarantee: ``terminate`` (what the worker uses to give up a timed-out handler) ends the session:
+    the server rolls the lease back and the job is claimable again."""
+    job_id = enqueue()
+    a, b = subject.lease(), subject.lease()
+    assert subject.claim_one(a).id == job_id
+    backend.terminate([subject.session(a)])
+    from support import wait_for
+
+    again = wait_for(lambda: subject.claim_one(b) or subject.rollback(b), what="the terminated lease to let go")
+    assert again.id == job_id
+
+
 def test_claim_order_is_priority_then_id_and_a_future_run_at_waits(subject, enqueue):
     """Guarantee: "ORDER BY priority, id" per claim; a job is not claimed before its run_at."""
     enqueue(run_at=datetime.now(timezone.utc) + timedelta(hours=1))

@@ -148,6 +148,17 @@ def test_ending_the_lease_holder_returns_the_job_for_its_cancellation(subject, e
     assert subject.state(job_id) == "cancelled"
 
 
+def test_a_forgotten_cancel_request_no_longer_refuses_done(subject, enqueue, backend):
+    """Guarantee (App.cancel_job): a request that did not take effect is forgotten (``forget_cancel_request``);
+    then it no longer wins over the job's done."""
+    job_id, lease, _, claimed, attempt = _running(subject, enqueue)
+    backend.request_cancel(job_id, "r")
+    backend.forget_cancel_request(job_id)
+    assert subject.complete(lease, claimed, attempt)
+    subject.commit(lease)
+    assert subject.state(job_id) == "done"
+
+
 def test_a_finished_job_keeps_its_state_when_asked_to_cancel(subject, enqueue, backend):
     """Guarantee (App.cancel_job): "A job that already finished keeps its state"."""
     job_id, lease, _, claimed, attempt = _running(subject, enqueue)

@@ -144,3 +144,12 @@ def test_migrate_is_idempotent_and_the_schema_checks(backend):
     """Guarantee: "Apply pending migrations in order, each recorded; safe to run concurrently"."""
     assert backend.migrate() == []
     backend.check_schema()
+
+
+def test_the_connection_budget_counts_the_sessions_open(subject, backend):
+    """Guarantee: "worker with more slots than the server allows its connections refuses to start":
+    connection_budget().available() says how many more sessions can be opened; one more lease, one less."""
+    free, why = backend.connection_budget().available()
+    assert free > 0 and why
+    subject.lease()
+    assert backend.connection_budget().available()[0] == free - 1

@@ -103,3 +103,32 @@ def test_pages_of_jobs_are_by_keyset(subject, enqueue, backend):
     enqueue()
     rest = [j["id"] for j in backend.list_jobs(state=None, queue=None, task=None, limit=10, before=page[-1])]
     assert rest == ids[-3::-1]
+
+
+def _fail(subject, job_id, error):
+    lease = subject.lease()
+    claimed = subject.claim_one(lease)
+    assert claimed.id == job_id
+    assert subject.record(lease, claimed, 1, "failed", error=error) == "failed"
+    subject.commit(lease)
+
+
+def test_failures_are_counted_by_error_class(subject, enqueue, backend):
+    """Guarantee (read model): "failures by error class": the text before the first ':' of the last
+    error, most frequent first."""
+    for error in ("ValueError: a", "KeyError: b", "ValueError: c"):
+        _fail(subject, enqueue(), error)
+    assert [r[:3] for r in backend.failure_classes()] == [("default", "ValueError", 2), ("default", "KeyError", 1)]
+
+
+def test_the_oldest_ready_job_is_reported_per_queue_without_jobs_in_flight(subject, enqueue, backend):
+    """Guarantee (read model): "oldest ready job's age": per queue, the due jobs not in flight, and
+    whether the queue is paused."""
+    enqueue(queue="a")
+    enqueue(queue="a")
+    enqueue(queue="b")
+    lease, book = subject.lease(), subject.bookkeeping()
+    subject.start_attempt(book, lease, subject.claim_one(lease, ["a"]))  # in flight: not ready
+    backend.pause_queue("b")
+    rows = {r[0]: (r[1], r[4]) for r in backend.oldest_ready()}
+    assert rows == {"a": (1, False), "b": (1, True)}

@@ -93,6 +93,23 @@ def test_the_rescuer_failing_a_job_wakes_waiters(subject, enqueue, backend, wait
     assert woken()
 
 
+def test_a_removed_waiter_is_not_woken(subject, enqueue, backend):
+    """Guarantee: "the finishing write notifies only jobs someone waits on": after remove_waiter, a job's
+    finish sends nothing (seen in commit order: a later job's wake-up arrives, the earlier one's never)."""
+    listener = subject.listener()
+    first, second = enqueue(), enqueue()
+    backend.add_waiter(first)
+    backend.add_waiter(second)
+    backend.remove_waiter(first)
+    lease = subject.lease()
+    for job_id in (first, second):  # one transaction each: their wake-ups arrive in this order
+        job = subject.claim_one(lease)
+        assert job.id == job_id and subject.complete(lease, job, 1)
+        subject.commit(lease)
+    assert subject.woken(listener, subject.notice(second))
+    assert not subject.woken(listener, subject.notice(first), timeout=0)
+
+
 def test_an_enqueue_wakes_idle_workers_at_commit(subject, backend):
     """Guarantee: "One NOTIFY on the fixed channel skiplock wakes idle workers when the inserting
     transaction commits"."""
