@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from conformance_support import PostgresSubject, Subject
+from conformance_support import PostgresSubject, Subject, new_job
 from skiplock.backend.base import Backend
 
 
@@ -87,8 +87,6 @@ def backend(subject: Subject) -> Backend:
 @pytest.fixture
 def enqueue(backend: Any) -> Callable[..., int]:
     """Enqueue one job (``task``, ``queue``, ``priority``, ``max_attempts``, ``run_at``); its id."""
-    from conformance_support import new_job
-
     def put(task: str = "t", **kw: Any) -> int:
         return backend.enqueue([new_job(task, **kw)])[0]
 

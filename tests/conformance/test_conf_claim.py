@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from conformance_support import new_job
+from support import wait_for
 
 
 def test_a_claim_skips_rows_locked_by_another_lease_without_waiting(subject, enqueue):
@@ -50,8 +51,6 @@ def test_terminating_a_lease_session_returns_the_job(subject, enqueue, backend):
     a, b = subject.lease(), subject.lease()
     assert subject.claim_one(a).id == job_id
     backend.terminate([subject.session(a)])
-    from support import wait_for
-
     again = wait_for(lambda: subject.claim_one(b) or subject.rollback(b), what="the terminated lease to let go")
     assert again.id == job_id
 

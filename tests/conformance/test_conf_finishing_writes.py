@@ -3,6 +3,8 @@ table's rows on lost COMMIT replies, pending errors, cancellation and snoozes)."
 
 from __future__ import annotations
 
+from support import wait_for
+
 
 def _running(subject, enqueue, **kw):
     """A job claimed on a fresh lease with its attempt counted: (job id, lease, bookkeeping, claimed, attempt)."""
@@ -142,8 +144,6 @@ def test_ending_the_lease_holder_returns_the_job_for_its_cancellation(subject, e
     job_id, lease, _, claimed, attempt = _running(subject, enqueue)
     assert backend.request_cancel(job_id, "r") == "queued"
     assert backend.end_lease_holder(job_id)
-    from support import wait_for
-
     wait_for(lambda: backend.cancel_if_unlocked(job_id), what="the ended lease to let go of the job")
     assert subject.state(job_id) == "cancelled"
 

@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from conformance_support import new_job
 from support import wait_for
 
 
@@ -115,8 +116,6 @@ def test_an_enqueue_wakes_idle_workers_at_commit(subject, backend):
     transaction commits"."""
     listener = subject.listener()
     conn = subject.producer()
-    from conformance_support import new_job
-
     backend.enqueue([new_job()], conn)
     subject.commit(conn)
     assert subject.woken(listener, backend.wake_payload)
