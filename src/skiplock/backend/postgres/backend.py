@@ -669,6 +669,7 @@ class PostgresBackend:
         value = f"{max(1, int(seconds * 1000))}ms"
         conn.execute(self.q["set_local_timeouts"], {"value": value})
         if conn.info.server_version >= 170000:
+            conn.execute(self.q["stop_local_transaction_timeout"])  # so the next one re-arms the timer
             conn.execute(self.q["set_local_transaction_timeout"], {"value": value})
 
     def complete(self, conn: psycopg.Connection[Any] | None, job: ClaimedJob, attempt: int, result_json: str | None,
@@ -862,10 +863,10 @@ class PostgresBackend:
         return {r[0] for r in rows}
 
     def rescue_expired(self, batch: int = 1000) -> list[tuple[int, str]]:
-        return [(r[0], r[1]) for r in self._all("rescue_expired", {"batch": batch})]
+        return [(r[0], r[1]) for r in self._all("rescue_expired", {"batch": batch, "prefix": f"{self.schema}:"})]
 
     def cancel_running(self, job_id: int) -> bool:
-        return self._one("cancel_running", {"id": job_id}) is not None
+        return self._one("cancel_running", {"id": job_id, "notice": self.notice(job_id)}) is not None
 
     # ---- plumbing ----------------------------------------------------------------------------
 

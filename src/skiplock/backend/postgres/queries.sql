@@ -657,6 +657,14 @@ SELECT max(tick) FROM {schema}.periodic_ticks WHERE schedule = %(schedule)s;
 SELECT set_config('statement_timeout', %(value)s, true),
        set_config('idle_in_transaction_session_timeout', %(value)s, true);
 
+-- name: stop_local_transaction_timeout
+-- PostgreSQL 17+: a transaction_timeout changed inside a transaction re-arms its timer only if the
+-- timer was off -- the lease's own (session-level transaction_timeout = lease_timeout) is already
+-- running, so setting the task's value alone would change nothing, and idle_in_transaction_session_timeout
+-- is not armed either when it is not below transaction_timeout. Turned off first, then
+-- `set_local_transaction_timeout` arms it anew: the task's timeout counts from now.
+SELECT set_config('transaction_timeout', '0', true);
+
 -- name: set_local_transaction_timeout
 SELECT set_config('transaction_timeout', %(value)s, true);
 
@@ -680,7 +688,8 @@ RETURNING j.id;
 
 -- name: rescue_expired
 -- Leases nobody renewed: back to the queue, or 'failed' after the last attempt. A batch at a time,
--- skipping rows someone is finishing right now.
+-- skipping rows someone is finishing right now. A job failed here is finished: its waiters are
+-- notified, as by every finishing write.
 WITH expired AS (
 SELECT id FROM {schema}.jobs
  WHERE state = 'running' AND lease_expires_at < now()
@@ -702,11 +711,14 @@ UPDATE {schema}.jobs j
                           ORDER BY n DESC LIMIT 20) last)
   FROM expired
  WHERE j.id = expired.id
-RETURNING j.id, j.state)
-SELECT id, state FROM upd ORDER BY id;
+RETURNING j.id, j.state),
+woken AS (SELECT count(pg_notify('skiplock', %(prefix)s || w.job_id)) FROM {schema}.job_waiters w
+           WHERE w.job_id IN (SELECT id FROM upd WHERE state = 'failed'))
+SELECT id, state FROM upd, woken ORDER BY id;
 
 -- name: cancel_running
--- A claimed-lease job: cancelled directly; the worker's fenced finishing write will be refused.
+-- A claimed-lease job: cancelled directly; the worker's fenced finishing write will be refused. A
+-- finishing write: its waiters are notified.
 WITH upd AS (
 UPDATE {schema}.jobs
    SET state = 'cancelled', finished_at = clock_timestamp(), owner = NULL, lease_expires_at = NULL,
@@ -714,7 +726,9 @@ UPDATE {schema}.jobs
  WHERE id = %(id)s AND state = 'running'
 RETURNING id),
 requests_done AS (DELETE FROM {schema}.job_cancellations WHERE job_id IN (SELECT id FROM upd))
-SELECT id FROM upd;
+SELECT id, (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_waiters w
+             WHERE w.job_id IN (SELECT id FROM upd))
+  FROM upd;
 
 -- name: worker_seen
 -- A worker says it is alive, with what it can take: inserted at start, last_seen refreshed every few
