@@ -10,8 +10,7 @@ import time
 import psycopg
 import pytest
 
-from skiplock.worker.executor import Executor
-from skiplock.worker.loop import ClaimSize
+from skiplock.worker.batching import BatchPolicy, WholeBatches
 from test_worker import wait_for
 
 
@@ -21,21 +20,11 @@ def effects(db):
     return db
 
 
-@pytest.fixture
-def batched_at_once(monkeypatch):
+def whole(batch_size: int, batch_budget: float = 60.0, batch_slots: int = 1) -> WholeBatches:
     """Slots claim ``batch_size`` jobs from their first claim on, and every task counts as fast, so the
     batches are exactly jobs 1..N, N+1..2N, ... of the queue (the ramp and the measuring of tasks are
-    tested on their own, below)."""
-
-    def start_full(self, maximum):
-        self.maximum, self.value, self.instant = maximum, maximum, True
-
-    def alone(self, name):
-        task = self.app.tasks.get(name)
-        return task is not None and (task.lease == "claimed" or task.timeout is not None)
-
-    monkeypatch.setattr(ClaimSize, "__init__", start_full)
-    monkeypatch.setattr(Executor, "alone", alone)
+    tested on their own, below): the worker's batching policy, injected."""
+    return WholeBatches(batch_size, batch_budget, batch_slots)
 
 
 def record(job) -> None:
@@ -72,7 +61,7 @@ def test_fast_jobs_share_commits_and_each_is_done_once(app, db):
     assert db.execute("SELECT count(*) FROM skiplock.job_attempts").fetchone()[0] == 0
 
 
-def test_a_failing_job_rolls_back_only_its_own_work_inside_a_shared_transaction(app, effects, batched_at_once):
+def test_a_failing_job_rolls_back_only_its_own_work_inside_a_shared_transaction(app, effects):
     @app.task(name="maybe", max_attempts=1)
     def maybe(job, fail):
         record(job)
@@ -80,7 +69,7 @@ def test_a_failing_job_rolls_back_only_its_own_work_inside_a_shared_transaction(
             raise RuntimeError("this one fails")
 
     ids = app.enqueue_many([("maybe", {"fail": n == 10}) for n in range(16)])
-    stats = run_until_empty(app, concurrency=1, batch_size=8)
+    stats = run_until_empty(app, concurrency=1, batch_policy=whole(8))
     assert (stats.done, stats.failed) == (15, 1)
     rows = effects.execute("SELECT job_id, xact::text FROM effects ORDER BY job_id").fetchall()
     assert [r[0] for r in rows] == ids[:10] + ids[11:]  # the failed job's insert is gone, nobody else's
@@ -94,7 +83,7 @@ def test_a_failing_job_rolls_back_only_its_own_work_inside_a_shared_transaction(
     assert failed.state == "failed" and "this one fails" in failed.last_error
 
 
-def test_a_cancellation_requested_while_a_batch_runs_wins_over_done(app, db, dsn, batched_at_once):
+def test_a_cancellation_requested_while_a_batch_runs_wins_over_done(app, db, dsn):
     started = []
 
     @app.task(name="step")
@@ -107,7 +96,7 @@ def test_a_cancellation_requested_while_a_batch_runs_wins_over_done(app, db, dsn
 
     ids = app.enqueue_many([("step", {})] * 3)
     last = app.enqueue("step", {"cancel": ids[1]})
-    stats = run_until_empty(app, concurrency=1, batch_size=4)  # all four in one batch
+    stats = run_until_empty(app, concurrency=1, batch_policy=whole(4))  # all four in one batch
     assert started == ids + [last]
     cancelled = app.get_job(ids[1])
     assert cancelled.state == "cancelled", cancelled
@@ -143,7 +132,7 @@ def test_slow_jobs_are_claimed_one_at_a_time(app):
         thread.join(30)
 
 
-def test_cancelling_a_job_in_a_batch_reruns_its_batch_mates_alone(app, db, effects, batched_at_once):
+def test_cancelling_a_job_in_a_batch_reruns_its_batch_mates_alone(app, db, effects):
     """cancel_job ends the session holding the job's batch: the whole batch rolls back; the
     cancelled job ends cancelled, every other job of the batch runs again, alone, with a counted
     attempt -- and nothing is done twice."""
@@ -160,7 +149,7 @@ def test_cancelling_a_job_in_a_batch_reruns_its_batch_mates_alone(app, db, effec
     before = app.enqueue_many([("work", {})] * 3)
     blocker = app.enqueue("work", {"block": True})
     after = app.enqueue_many([("work", {})] * 4)
-    worker = app.worker(concurrency=1, batch_size=8, batch_budget=60, poll_interval=0.05, handle_signals=False,
+    worker = app.worker(concurrency=1, batch_policy=whole(8), poll_interval=0.05, handle_signals=False,
                         maintenance=False)
     thread = threading.Thread(target=worker.run)
     thread.start()
@@ -211,11 +200,11 @@ def batches_seen_by_handlers(app, dsn, jobs: int, sleep: float, **worker) -> lis
 
 
 @pytest.mark.parametrize("batch_slots", [1, 2])
-def test_no_more_batches_in_flight_than_batch_slots(app, dsn, batch_slots, monkeypatch):
+def test_no_more_batches_in_flight_than_batch_slots(app, dsn, batch_slots):
     """Every batch counts as one of near-instant jobs here (the handler's own query may take longer
     than that on a busy machine), so every batch takes a turn."""
-    monkeypatch.setattr(ClaimSize, "INSTANT_SECONDS", 60.0)
-    seen = batches_seen_by_handlers(app, dsn, 1500, 0.0, concurrency=6, batch_size=16, batch_slots=batch_slots)
+    policy = BatchPolicy(batch_size=16, batch_budget=60, batch_slots=batch_slots, instant_seconds=60.0)
+    seen = batches_seen_by_handlers(app, dsn, 1500, 0.0, concurrency=6, batch_policy=policy)
     assert 1 <= max(seen) <= batch_slots
 
 
@@ -226,7 +215,7 @@ def test_batches_of_jobs_that_wait_run_on_every_slot(app, dsn):
     assert max(seen) >= 2
 
 
-def test_a_failure_recorded_in_a_batch_survives_a_later_job_rolling_back_to_its_savepoint(app, dsn, batched_at_once):
+def test_a_failure_recorded_in_a_batch_survives_a_later_job_rolling_back_to_its_savepoint(app, dsn):
     """Job A does not touch the database and fails: its failure is written in the batch's transaction.
     Job B, later in the same batch, writes and fails: rolling back to B's savepoint must not take A's
     record with it (A would then run again)."""
@@ -250,14 +239,14 @@ def test_a_failure_recorded_in_a_batch_survives_a_later_job_rolling_back_to_its_
 
     a = app.enqueue("quiet", {"name": "A"})
     b = app.enqueue("loud", {"name": "B", "other": a})
-    run_until_empty(app, concurrency=1, batch_size=4)
+    run_until_empty(app, concurrency=1, batch_policy=whole(4))
     assert seen_from_outside == ["queued"], "A and B did not run in one batch: nothing was tested"
     assert runs["A"] == 1 and runs["B"] == 1, runs
     assert app.get_job(a).state == "failed" and "A fails quietly" in app.get_job(a).last_error
     assert app.get_job(b).state == "failed" and "B fails loudly" in app.get_job(b).last_error
 
 
-def test_every_kind_of_outcome_in_one_batch(app, dsn, effects, batched_at_once):
+def test_every_kind_of_outcome_in_one_batch(app, dsn, effects):
     """Done, done with a write, retry, snooze and a result that is not JSON, in one transaction: each
     is written as it would be alone, and only the writing job's effect exists."""
     from skiplock import Retry, Snooze
@@ -282,7 +271,7 @@ def test_every_kind_of_outcome_in_one_batch(app, dsn, effects, batched_at_once):
 
     ids = app.enqueue_many([("mixed", {"do": d}) for d in ("ok", "retry", "snooze", "badresult")])
     ids.append(app.enqueue("mixed", {"do": "write", "first": ids[0]}))
-    run_until_empty(app, concurrency=1, batch_size=8)
+    run_until_empty(app, concurrency=1, batch_policy=whole(8))
     assert seen_from_outside == ["queued"], "the jobs did not share a batch: nothing was tested"
     ok, retry, snooze, bad, write = (app.get_job(i) for i in ids)
     assert (ok.state, ok.attempts) == ("done", 1)
@@ -295,7 +284,7 @@ def test_every_kind_of_outcome_in_one_batch(app, dsn, effects, batched_at_once):
     assert [r[0] for r in effects.execute("SELECT job_id FROM effects").fetchall()] == [ids[4]]
 
 
-def test_a_stuck_batch_does_not_stop_the_other_slots(app, batched_at_once):
+def test_a_stuck_batch_does_not_stop_the_other_slots(app):
     """A near-instant task hangs once, in a batch that holds the only batch turn: the other slot stops
     waiting for the turn after a few batch budgets and claims one job at a time meanwhile."""
     release = threading.Event()
@@ -307,7 +296,7 @@ def test_a_stuck_batch_does_not_stop_the_other_slots(app, batched_at_once):
 
     stuck = app.enqueue_many([("quick", {"hang": True})] + [("quick", {})] * 3)  # one claim of 4
     later = app.enqueue_many([("quick", {})] * 3)
-    worker = app.worker(concurrency=2, batch_size=4, batch_slots=1, poll_interval=0.05, handle_signals=False,
+    worker = app.worker(concurrency=2, batch_policy=whole(4, batch_budget=0.05, batch_slots=1), poll_interval=0.05, handle_signals=False,
                         maintenance=False)
     thread = threading.Thread(target=worker.run)
     thread.start()

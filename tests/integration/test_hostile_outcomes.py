@@ -8,7 +8,7 @@ import pytest
 
 from skiplock import Cancel, Retry, Snooze
 
-from test_batches import batched_at_once  # noqa: F401 - fixture: claims are whole batches from the start
+from test_batches import whole  # claims are whole batches from the start
 
 INF, NAN = float("inf"), float("nan")
 
@@ -48,7 +48,7 @@ def test_snoozes_never_use_up_attempts_in_either_lease_mode(app, lease):
     assert (snoozed.state, snoozed.attempts) == ("queued", 0)
 
 
-def test_snoozes_in_a_batch_never_use_up_attempts_either(app, batched_at_once):  # noqa: F811
+def test_snoozes_in_a_batch_never_use_up_attempts_either(app):
     seen: dict[int, list[int]] = {}
 
     @app.task(name="sleepy", max_attempts=2, retry=0)
@@ -62,7 +62,7 @@ def test_snoozes_in_a_batch_never_use_up_attempts_either(app, batched_at_once): 
         return "ok"
 
     ids = app.enqueue_many([("sleepy", {})] * 4)
-    stats = run_until_empty(app, batch_size=4)
+    stats = run_until_empty(app, batch_policy=whole(4))
     assert seen == {i: [1, 1, 1, 1, 2] for i in ids}
     assert [(j.state, j.attempts) for j in map(app.get_job, ids)] == [("done", 2)] * 4
     assert stats.reconnects == 0
@@ -141,7 +141,7 @@ def test_every_hostile_outcome_ends_with_a_clear_recorded_error(app, lease):
     assert stats.reconnects == 0
 
 
-def test_hostile_outcomes_in_a_batch_leave_their_batch_mates_alone(app, batched_at_once):  # noqa: F811
+def test_hostile_outcomes_in_a_batch_leave_their_batch_mates_alone(app):
     runs = []
     register_hostile(app, "transaction", runs)
     xacts = {}
@@ -156,7 +156,7 @@ def test_hostile_outcomes_in_a_batch_leave_their_batch_mates_alone(app, batched_
     for n, name in enumerate(HOSTILE):  # every hostile job between two well-behaved ones
         items += [("good", {"n": 2 * n}), (name, {}), ("good", {"n": 2 * n + 1})]
     job_ids = app.enqueue_many(items)
-    stats = run_until_empty(app, batch_size=len(items))
+    stats = run_until_empty(app, batch_policy=whole(len(items)))
     ids = {name: job_ids[3 * n + 1] for n, name in enumerate(HOSTILE)}
     check_recorded(app, ids)
     assert sorted(job_id for job_id, _ in runs) == sorted(job_ids)  # every job ran exactly once

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_batches import batched_at_once  # noqa: F401 - fixture
+from test_batches import whole  # claims are whole batches from the start
 
 
 def next_multixact(db) -> int:
@@ -41,15 +41,15 @@ def tasks(app, db):
 
 
 @pytest.mark.parametrize("batch_size", [1, 16])
-def test_jobs_that_do_not_touch_the_database_create_no_multixact(tasks, db, batch_size, batched_at_once):  # noqa: F811
+def test_jobs_that_do_not_touch_the_database_create_no_multixact(tasks, db, batch_size):
     before = next_multixact(db)
-    drain(tasks, 40, "noop", batch_size=batch_size)
+    drain(tasks, 40, "noop", batch_policy=whole(batch_size))
     assert next_multixact(db) == before
 
 
-def test_the_counter_does_see_the_multixacts_of_jobs_that_write(tasks, db, batched_at_once):  # noqa: F811
+def test_the_counter_does_see_the_multixacts_of_jobs_that_write(tasks, db):
     """The control: a handler's writes need its savepoint, and its completion inside it makes one."""
     before = next_multixact(db)
-    drain(tasks, 10, "writes", batch_size=4)
+    drain(tasks, 10, "writes", batch_policy=whole(4))
     assert next_multixact(db) > before
     assert db.execute("SELECT count(*) FROM effects").fetchone()[0] == 10

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from ..worker.loop import DEFAULT_BATCH_SIZE
+from ..worker.batching import DEFAULT_BATCH_SIZE
 from .group import APP_SEARCH, Context, fail, handle_errors
 
 

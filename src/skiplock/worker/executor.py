@@ -52,6 +52,7 @@ from ..job import (Cancel, Cancelled, Done, Failed, Job, JobState, LeaseLost, Ou
                    Snoozed)
 from ..errors import storable_text
 from ..retry import check_delay
+from .batching import BatchPolicy
 from .gate import RunGate
 
 if TYPE_CHECKING:
@@ -136,13 +137,12 @@ class Executor:
     """Executes claimed jobs for one worker; shared by its slots (it holds no per-job state)."""
 
     def __init__(self, app: "App", worker_name: str, heartbeat: "Heartbeat | None" = None,
-                 fast_seconds: float = 0.005, slots: int = 1):
+                 batching: "BatchPolicy | None" = None, slots: int = 1):
         self.app = app
         # With one slot every attempt runs alone in its process: one that never finishes is charged.
         self.alone_in_process = slots == 1
         self.gate = RunGate()
-        self.fast_seconds = fast_seconds
-        self._seconds: dict[str, float] = {}  # per task: moving average of its handler's run time
+        self.batching = batching if batching is not None else BatchPolicy()
         self.heartbeat = heartbeat
         self.backend = app.backend
         self.worker_name = worker_name
@@ -182,17 +182,9 @@ class Executor:
     # ---- running -------------------------------------------------------------------------------
 
     def alone(self, name: str) -> bool:
-        """Jobs that never share a transaction with other jobs: claimed-lease tasks (they commit the
-        claim), tasks with a timeout (a timeout ends the whole session), and tasks not (yet) known to
-        be fast -- a handler that has not run in this worker, or whose recent runs average more than
-        ``fast_seconds``: a slow job in a batch would hold its batch-mates' locks while it runs."""
-        task = self.app.tasks.get(name)
-        if task is None:
-            return False
-        if task.lease == "claimed" or task.timeout is not None:
-            return True
-        seconds = self._seconds.get(name)
-        return seconds is None or seconds > self.fast_seconds
+        """Jobs that never share a transaction with other jobs: the batching policy's decision
+        (``BatchPolicy.alone``)."""
+        return self.batching.alone(self.app.tasks.get(name))
 
     def run_batch(self, conn: psycopg.Connection[Any], batch: list[ClaimedJob], slot: str, budget: float,
                   stopping: threading.Event) -> BatchRun:
@@ -525,8 +517,7 @@ class Executor:
         finally:
             took = time.perf_counter() - began
             self._local.handler_seconds = getattr(self._local, "handler_seconds", 0.0) + took
-            average = self._seconds.get(task.name)
-            self._seconds[task.name] = took if average is None else 0.8 * average + 0.2 * took
+            self.batching.measured(task.name, took)
 
     def _call(self, task: "Task", job: Job, args: dict[str, Any]) -> Any:
         """The handler, in this thread, or in its own thread when the task has a timeout (so a

@@ -32,7 +32,8 @@ from ..maintenance.pruner import Pruner
 from ..maintenance.rescuer import Rescuer
 from ..maintenance.service import Service
 from ..reconnect import Reconnects, quiet_driver_noise
-from .executor import BatchRun, Executor
+from .batching import DEFAULT_BATCH_SIZE, BatchPolicy, ClaimSize
+from .executor import Executor
 from .governor import Governor
 from .heartbeat import Heartbeat
 from .listener import Listener
@@ -43,10 +44,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("skiplock.worker")
 
-# Measured with `python -m bench` (docs/benchmarks.md): drain throughput per batch size 8 / 16 / 32 / 64
-# was 1.1 / 1.8 / 3.2 / 3.8 x the pgbench baseline. 32 keeps a batch within the 64 subtransaction
-# ids PostgreSQL caches per transaction even when every handler writes (one savepoint each).
-DEFAULT_BATCH_SIZE = 32
 # Connections a starting worker leaves free for everyone else (producers enqueueing, tools).
 CONNECTION_HEADROOM = 2
 
@@ -79,49 +76,15 @@ class WorkerStats:
                 self.lost += 1
 
 
-class ClaimSize:
-    """How many jobs a slot claims at once: starts at 1 and doubles up to ``batch_size`` while whole
-    batches run within their time budget; falls to what fitted when the budget runs out, and to 1
-    when the first job claimed must run alone (a slow, timed or claimed-lease task). So fast jobs are
-    claimed in batches (one commit for many), while slow jobs are claimed one at a time and no slot
-    sits on jobs it is not running while other slots are idle.
-
-    ``instant``: this slot's last batch averaged under ``INSTANT_SECONDS`` per job. Such batches are
-    all claim, lock and commit: they take turns (``batch_slots``), since every row a batch holds is
-    one more that every other claimer must step over, and running more of them at once only adds
-    contention. Batches of jobs that take longer (waiting on I/O, say) run on every slot at once."""
-
-    INSTANT_SECONDS = 0.0005
-
-    def __init__(self, maximum: int):
-        self.maximum = maximum
-        self.value = 1
-        self.instant = True
-
-    def after(self, claimed: int, run: BatchRun) -> None:
-        if run.alone:  # slow (or not yet measured) jobs: keep claiming one at a time
-            self.value = 1
-        elif run.out_of_time:
-            self.value = max(1, len(run.outcomes))
-        elif claimed >= self.value:
-            self.value = min(self.maximum, self.value * 2)
-        if run.seconds_per_job is not None:
-            self.instant = run.seconds_per_job < self.INSTANT_SECONDS
-
-    def alone(self) -> None:
-        self.value = 1
-
-
 class Worker:
     """Claims and runs jobs. Create it with :meth:`App.worker`.
 
-    ``batch_size`` is the most jobs one claim takes (see :class:`ClaimSize`); ``batch_budget`` the
-    seconds after which a batch starts no further job (its remaining jobs are released at its COMMIT);
-    ``batch_slots`` how many slots may run batches of near-instant jobs at the same time (see
-    :class:`ClaimSize`; other batches, and jobs claimed one at a time, run on every slot). Every
-    claimed row a batch has not reached yet is a row other workers' claims must step over, so more
-    such batches in flight cost every claimer; one per process was the best setting measured
-    (docs/batches.md).
+    ``batch_size`` is the most jobs one claim takes; ``batch_budget`` the seconds after which a batch
+    starts no further job (its remaining jobs are released at its COMMIT); ``batch_slots`` how many
+    slots may run batches of near-instant jobs at the same time (other batches, and jobs claimed one
+    at a time, run on every slot). They make the worker's :class:`.batching.BatchPolicy`; pass
+    ``batch_policy=`` instead to decide batching otherwise (``batching.WholeBatches``, say). See
+    :mod:`.batching` and docs/batches.md.
 
     A worker claims only jobs of the tasks registered in its app: another app's jobs in the same
     queues (or jobs enqueued by a newer release during a rolling deploy) stay queued, untouched, for a
@@ -135,7 +98,8 @@ class Worker:
                  max_reconnect_delay: float = 30.0, maintenance: bool = True, prune_interval: float = 60.0,
                  batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = 0.05, batch_slots: int = 1,
                  listen: bool = True,
-                 rescue_interval: float = 5.0, fail_unknown_tasks: bool = False, adaptive_limit: bool = True):
+                 rescue_interval: float = 5.0, fail_unknown_tasks: bool = False, adaptive_limit: bool = True,
+                 batch_policy: BatchPolicy | None = None):
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         if queues is not None:
@@ -154,19 +118,8 @@ class Worker:
         self.handle_signals = handle_signals
         self.max_reconnect_delay = max_reconnect_delay
         self.recovery: Reconnects | None = None  # set by run(): shared by the slots, listener and services
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= 1000:
-            raise ValueError(f"batch_size must be an integer from 1 to 1000, got {batch_size!r}")
-        self.batch_size = batch_size
-        if isinstance(batch_budget, bool) or not isinstance(batch_budget, (int, float)) or not 0 < batch_budget <= 60:
-            raise ValueError(f"batch_budget must be a number of seconds in (0, 60], got {batch_budget!r}")
-        self.batch_budget = float(batch_budget)
-        if isinstance(batch_slots, bool) or not isinstance(batch_slots, int) or batch_slots < 1:
-            raise ValueError(f"batch_slots must be a positive integer, got {batch_slots!r}")
-        self.batch_slots = batch_slots
-        # A batch turn held this long is stuck (a batch of near-instant jobs takes milliseconds).
-        self.stuck_after = max(1.0, 20 * self.batch_budget)
-        self._batch_turns = threading.BoundedSemaphore(batch_slots)
-        self._turns_taken: dict[int, float] = {}  # slot index -> when it took its batch turn
+        self.batching = batch_policy if batch_policy is not None else BatchPolicy(batch_size, batch_budget, batch_slots)
+        self.batch_budget = self.batching.batch_budget
         self.rescue_interval = rescue_interval
         self.fail_unknown_tasks = bool(fail_unknown_tasks)
         self._claim_tasks: list[str] | None = None  # set by run(): the task names claimed (None: every one)
@@ -249,8 +202,7 @@ class Worker:
         self.recovery = Reconnects(self.app.backend.dsn, log, cap=self.max_reconnect_delay)
         claimed_leases = [t.lease_seconds for t in self.app.tasks.values() if t.lease == "claimed"]
         heartbeat = Heartbeat(self.app.backend, min(claimed_leases) / 3) if claimed_leases else None
-        executor = Executor(self.app, self.name, heartbeat, fast_seconds=self.batch_budget / 10,
-                            slots=self.concurrency)
+        executor = Executor(self.app, self.name, heartbeat, self.batching, slots=self.concurrency)
         previous: dict[int, Any] = {}
         if self.handle_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -323,24 +275,6 @@ class Worker:
             f"maintenance) and leaves {CONNECTION_HEADROOM} free for producers, but only {available} can be opened "
             f"({why}); {advice}")
 
-    def _take_batch_turn(self, index: int) -> bool:
-        """Wait for a turn to claim a batch (see ``batch_slots``). False if the worker is stopping, or
-        if a turn has been held for more than ``stuck_after`` seconds -- far longer than a batch of
-        near-instant jobs takes (a hung handler, say): this slot then claims one job at a time
-        meanwhile, so one stuck batch never stops the process's other slots."""
-        while not self._stopping.is_set():
-            if self._batch_turns.acquire(timeout=0.05):
-                self._turns_taken[index] = time.monotonic()
-                return True
-            oldest = min(self._turns_taken.values(), default=None)
-            if oldest is not None and time.monotonic() - oldest > self.stuck_after:
-                return False
-        return False
-
-    def _give_batch_turn(self, index: int) -> None:
-        self._turns_taken.pop(index, None)
-        self._batch_turns.release()
-
     def _claim(self, conn: psycopg.Connection[Any], size: ClaimSize, executor: Executor,
                index: int) -> tuple[list[Any], bool]:
         """Claim the next job(s) in a new transaction on ``conn``. Returns them, and whether this slot
@@ -349,12 +283,12 @@ class Worker:
         limit = size.value
         turn = limit > 1 and size.instant
         if turn:
-            turn = self._take_batch_turn(index)
+            turn = self.batching.take_turn(index, self._stopping)
             if not turn:
                 limit = 1
             if self._stopping.is_set():
                 if turn:
-                    self._give_batch_turn(index)
+                    self.batching.give_turn(index)
                 return [], False
         try:
             claimed = self.app.backend.claim(conn, self.queues, limit, tasks=self._claim_tasks)
@@ -365,10 +299,10 @@ class Worker:
                 claimed = self.app.backend.claim(conn, self.queues, 1, tasks=self._claim_tasks)
         except BaseException:
             if turn:
-                self._give_batch_turn(index)
+                self.batching.give_turn(index)
             raise
         if turn and len(claimed) <= 1:  # no batch to run: the turn is someone else's
-            self._give_batch_turn(index)
+            self.batching.give_turn(index)
             turn = False
         return claimed, turn
 
@@ -376,7 +310,7 @@ class Worker:
         slot_name = f"{self.name}/{index}"
         backend = self.app.backend
         conn: psycopg.Connection[Any] | None = None
-        size = ClaimSize(self.batch_size)
+        size = self.batching.claim_size()
         recovery = self.recovery
         assert recovery is not None
         backoff = recovery.backoff()
@@ -416,7 +350,7 @@ class Worker:
                                     self._busy.discard(index)
                         finally:
                             if turn:
-                                self._give_batch_turn(index)
+                                self.batching.give_turn(index)
                     finally:
                         self.governor.release()
                     backoff.reset()

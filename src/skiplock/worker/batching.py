@@ -1,0 +1,151 @@
+"""Batching, in one place: which jobs may share a lease transaction, how many one claim takes, and
+how many slots run batches at once.
+
+A batch is several jobs claimed by one statement and run one after another in that claim's
+transaction, each in its own savepoint when its handler touches the database, with one COMMIT for
+all (``Executor.run_batch``). What decides it lives here, in :class:`BatchPolicy`, which a worker
+takes as ``batch_policy=`` (tests and special deployments steer batching through it, never by
+patching internals):
+
+- **which jobs run alone** (``alone``): claimed-lease tasks (they commit the claim), tasks with a
+  ``timeout`` (a timeout ends the whole session), and tasks not (yet) measured fast -- a handler
+  that has not run in this worker, or whose recent runs average more than ``fast_seconds``
+  (``batch_budget / 10``): a slow job in a batch would hold its batch-mates' locks while it runs;
+- **how many jobs a claim takes** (:class:`ClaimSize`, one per slot): starts at 1 and doubles up to
+  ``batch_size`` while whole batches run within ``batch_budget``;
+- **how many slots run batches of near-instant jobs at once** (``batch_slots`` turns): such a batch
+  is all claim, lock and commit, and every row it holds is one more that every other claimer must
+  step over, so they take turns (docs/batches.md has the measurements).
+
+Guarantees: nothing here changes what a job's outcome is or when it commits relative to its
+handler; a policy only chooses claim sizes and which jobs share a transaction. A turn held longer
+than ``stuck_after`` (a hung handler in a batch) never stops the process's other slots: they claim
+one job at a time meanwhile.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..app import Task
+    from .executor import BatchRun
+
+# Measured with `python -m bench` (docs/benchmarks.md): drain throughput per batch size 8 / 16 / 32 / 64
+# was 1.1 / 1.8 / 3.2 / 3.8 x the pgbench baseline. 32 keeps a batch within the 64 subtransaction
+# ids PostgreSQL caches per transaction even when every handler writes (one savepoint each).
+DEFAULT_BATCH_SIZE = 32
+
+
+class ClaimSize:
+    """How many jobs one slot claims at once: starts at 1 and doubles up to ``maximum`` while whole
+    batches run within their time budget; falls to what fitted when the budget runs out, and to 1
+    when the first job claimed must run alone (a slow, timed or claimed-lease task). So fast jobs are
+    claimed in batches (one commit for many), while slow jobs are claimed one at a time and no slot
+    sits on jobs it is not running while other slots are idle.
+
+    ``instant``: this slot's last batch averaged under ``instant_seconds`` per job; such batches take
+    turns (see the module docstring). Batches of jobs that take longer (waiting on I/O, say) run on
+    every slot at once."""
+
+    def __init__(self, maximum: int, instant_seconds: float, start: int = 1):
+        self.maximum = maximum
+        self.instant_seconds = instant_seconds
+        self.value = max(1, min(maximum, start))
+        self.instant = True
+
+    def after(self, claimed: int, run: "BatchRun") -> None:
+        if run.alone:  # slow (or not yet measured) jobs: keep claiming one at a time
+            self.value = 1
+        elif run.out_of_time:
+            self.value = max(1, len(run.outcomes))
+        elif claimed >= self.value:
+            self.value = min(self.maximum, self.value * 2)
+        if run.seconds_per_job is not None:
+            self.instant = run.seconds_per_job < self.instant_seconds
+
+    def alone(self) -> None:
+        self.value = 1
+
+
+class BatchPolicy:
+    """The batching decisions of one worker (see the module docstring). Shared by its slots.
+
+    ``batch_size``: the most jobs one claim takes (1: one job per transaction); ``batch_budget``:
+    seconds after which a batch starts no further job (its remaining jobs are released at its
+    COMMIT); ``batch_slots``: how many slots may run batches of near-instant jobs at the same time;
+    ``instant_seconds``: the mean time per job under which a batch counts as near-instant."""
+
+    def __init__(self, batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = 0.05, batch_slots: int = 1, *,
+                 instant_seconds: float = 0.0005):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= 1000:
+            raise ValueError(f"batch_size must be an integer from 1 to 1000, got {batch_size!r}")
+        if isinstance(batch_budget, bool) or not isinstance(batch_budget, (int, float)) or not 0 < batch_budget <= 60:
+            raise ValueError(f"batch_budget must be a number of seconds in (0, 60], got {batch_budget!r}")
+        if isinstance(batch_slots, bool) or not isinstance(batch_slots, int) or batch_slots < 1:
+            raise ValueError(f"batch_slots must be a positive integer, got {batch_slots!r}")
+        self.batch_size = batch_size
+        self.batch_budget = float(batch_budget)
+        self.batch_slots = batch_slots
+        self.instant_seconds = instant_seconds
+        self.fast_seconds = self.batch_budget / 10
+        # A batch turn held this long is stuck (a batch of near-instant jobs takes milliseconds).
+        self.stuck_after = max(1.0, 20 * self.batch_budget)
+        self._seconds: dict[str, float] = {}  # per task: moving average of its handler's run time
+        self._turns = threading.BoundedSemaphore(batch_slots)
+        self._turns_taken: dict[int, float] = {}  # slot index -> when it took its batch turn
+
+    # ---- which jobs share a transaction ---------------------------------------------------------
+
+    def claim_size(self) -> ClaimSize:
+        """A new slot's claim size."""
+        return ClaimSize(self.batch_size, self.instant_seconds)
+
+    def alone(self, task: "Task | None") -> bool:
+        """Whether a job of ``task`` must not share a transaction with other jobs (see the module
+        docstring). An unknown task (None) may: its job is failed at once, without a handler."""
+        if task is None:
+            return False
+        if task.lease == "claimed" or task.timeout is not None:
+            return True
+        seconds = self._seconds.get(task.name)
+        return seconds is None or seconds > self.fast_seconds
+
+    def measured(self, task: str, seconds: float) -> None:
+        """A handler of ``task`` ran for ``seconds`` (a moving average decides ``alone``)."""
+        average = self._seconds.get(task)
+        self._seconds[task] = seconds if average is None else 0.8 * average + 0.2 * seconds
+
+    # ---- turns ----------------------------------------------------------------------------------
+
+    def take_turn(self, index: int, stopping: threading.Event) -> bool:
+        """Wait for a turn to claim a batch (``batch_slots``). False if ``stopping`` is set, or if a
+        turn has been held for more than ``stuck_after`` seconds -- far longer than a batch of
+        near-instant jobs takes (a hung handler, say): slot ``index`` then claims one job at a time
+        meanwhile, so one stuck batch never stops the process's other slots."""
+        while not stopping.is_set():
+            if self._turns.acquire(timeout=0.05):
+                self._turns_taken[index] = time.monotonic()
+                return True
+            oldest = min(self._turns_taken.values(), default=None)
+            if oldest is not None and time.monotonic() - oldest > self.stuck_after:
+                return False
+        return False
+
+    def give_turn(self, index: int) -> None:
+        self._turns_taken.pop(index, None)
+        self._turns.release()
+
+
+class WholeBatches(BatchPolicy):
+    """Every claim takes ``batch_size`` jobs from the first on, and every task counts as fast (only
+    claimed-lease and timed tasks run alone): batches are exactly jobs 1..N, N+1..2N, ... of the queue.
+    For tests and benchmarks that need batches of a known shape."""
+
+    def claim_size(self) -> ClaimSize:
+        return ClaimSize(self.batch_size, self.instant_seconds, start=self.batch_size)
+
+    def alone(self, task: "Task | None") -> bool:
+        return task is not None and (task.lease == "claimed" or task.timeout is not None)
