@@ -36,23 +36,20 @@ import inspect
 import logging
 import threading
 import time
-import traceback
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import psycopg
-from psycopg.pq import TransactionStatus
 
 from ..values import to_json
 from ..backend.base import ClaimedJob
-from ..backend.postgres.backend import CONNECTION_LOST, connection_lost, session_gone
-from ..job import (Cancel, Cancelled, Done, Failed, Job, JobState, LeaseLost, Outcome, Retry, RetryLater, Snooze,
-                   Snoozed)
-from ..errors import storable_text
-from ..retry import check_delay
+from ..backend.postgres.backend import CONNECTION_LOST, session_gone
+from ..job import Cancel, Cancelled, Done, Failed, Job, JobState, LeaseLost, Outcome, Snooze, Snoozed
 from .batching import BatchPolicy
+from .completer import Completer
+from .failures import (MAX_ERROR_CHARS, ResultNotStorable, decide_failure, describe,  # noqa: F401 - public here too
+                       format_error)
 from .gate import RunGate
 
 if TYPE_CHECKING:
@@ -63,62 +60,9 @@ log = logging.getLogger("skiplock.worker")
 
 T = TypeVar("T")
 
-MAX_ERROR_CHARS = 16_000
-
 
 class JobTimeout(Exception):
     """The handler ran past its task's ``timeout``."""
-
-
-class ResultNotStorable(ValueError):
-    """The handler's return value cannot be stored as the job's result (the attempt fails)."""
-
-
-def describe(exc: BaseException) -> str:
-    """``Type: message`` as storable text, even for an exception whose ``str()`` fails."""
-    try:
-        message = str(exc)
-    except Exception as failed:  # noqa: BLE001 - a hostile __str__ must not take the slot down
-        message = f"<str() failed: {type(failed).__qualname__}>"
-    return storable_text(f"{type(exc).__qualname__}: {message}")
-
-
-def format_error(exc: BaseException) -> str:
-    """``Type: message`` then the traceback, bounded in size, as storable text (``storable_text``)."""
-    head = describe(exc)
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    text = f"{head}\n\n{tb}"
-    if len(text) > MAX_ERROR_CHARS:
-        text = text[: MAX_ERROR_CHARS // 2] + "\n... [truncated] ...\n" + text[-MAX_ERROR_CHARS // 2 :]
-    return storable_text(text)
-
-
-def decide_failure(task: "Task | None", attempt: int, max_attempts: int, error: str,
-                   exc: BaseException | None) -> Outcome:
-    """Pure: what a failed attempt leads to. Retries use the task's policy (or the delay a
-    :class:`Retry` asked for) until max_attempts. A policy that raises, or returns anything but
-    None or a valid delay (``retry.check_delay``: infinity, NaN, 1e300, negative, not a number),
-    ends the job ``failed``, its error saying why it was not retried: a retry time PostgreSQL
-    cannot store would otherwise fail the outcome's write."""
-    if task is None or attempt >= max_attempts:
-        return Failed(error)
-    if isinstance(exc, Retry) and exc.in_ is not None:
-        delay: Any = exc.in_  # checked when the Retry was made
-    else:
-        try:
-            delay = task.retry(attempt, exc)
-        except Exception as policy_error:  # noqa: BLE001 - a policy bug is recorded, not raised in the slot
-            return Failed(f"{error}\n\nnot retried: the task's retry policy raised {describe(policy_error)}")
-        if delay is None:
-            return Failed(error)
-    try:
-        return RetryLater(check_delay(delay, "a retry delay"), error)
-    except ValueError as bad:
-        return Failed(f"{error}\n\nnot retried: the task's retry policy returned an invalid delay: {bad}")
-
-
-def _usable(conn: psycopg.Connection[Any]) -> bool:
-    return not conn.closed and conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
 
 @dataclass
@@ -145,6 +89,7 @@ class Executor:
         self.batching = batching if batching is not None else BatchPolicy()
         self.heartbeat = heartbeat
         self.backend = app.backend
+        self.completer = Completer(self.backend)
         self.worker_name = worker_name
         self._attempts_conns: list[psycopg.Connection[Any]] = []
         self._attempts_lock = threading.Lock()
@@ -269,10 +214,10 @@ class Executor:
                     done.append((claimed, attempt, outcome.result))
                     continue
                 if touched:
-                    outcome = self._still_leased(conn, task, attempt, claimed, outcome)
-                outcome = self._write(conn, claimed, attempt, outcome, started_at, slot, touched)
+                    outcome = self.completer.still_leased(conn, task, attempt, claimed, outcome)
+                outcome = self.completer.write(conn, claimed, attempt, outcome, started_at, slot, touched)
                 if touched:
-                    self._release(conn)
+                    self.completer.release(conn)
             if conn.closed:  # the lease was ended on purpose; only this job's outcome was recorded
                 return BatchRun([outcome])
             outcomes.append(outcome)
@@ -283,7 +228,7 @@ class Executor:
             if claimed.id in written:
                 outcomes.append(Done(result))
             else:  # a cancellation was requested while it ran (it had no database effects): record it
-                outcomes.append(self._write(conn, claimed, attempt, Cancelled("cancellation requested while the job ran"),
+                outcomes.append(self.completer.write(conn, claimed, attempt, Cancelled("cancellation requested while the job ran"),
                                             started_at, slot, False))
         return BatchRun(outcomes, out_of_time, seconds_per_job)
 
@@ -299,23 +244,23 @@ class Executor:
         attempt, cancel_reason, unrecorded, suspect = self._bookkeeping(
             lambda c: backend.start_attempt(c, claimed, slot, conn.info.backend_pid, self.alone_in_process, batch))
         if cancel_reason is not None:
-            return self._write(conn, claimed, attempt - 1, Cancelled(cancel_reason), started_at, slot, False)
+            return self.completer.write(conn, claimed, attempt - 1, Cancelled(cancel_reason), started_at, slot, False)
         if attempt > claimed.max_attempts:
             if unrecorded is not None:
                 # The last attempt did finish, with this error, but its outcome could not be written (its
                 # row was still locked): it is failed for that reason (recorded once: it is pending).
-                return self._write(conn, claimed, attempt - 1, Failed(unrecorded), started_at, slot, False)
+                return self.completer.write(conn, claimed, attempt - 1, Failed(unrecorded), started_at, slot, False)
             error = (
                 f"gave up: {attempt - 1} attempt(s) started and none finished; the worker process died or lost its "
                 "database connection during each (does the handler crash its worker?)"
             )
-            return self._write(conn, claimed, attempt - 1, Failed(error), started_at, slot, False)
+            return self.completer.write(conn, claimed, attempt - 1, Failed(error), started_at, slot, False)
         task = self.app.tasks.get(claimed.task)
         if task is None:
             known = ", ".join(sorted(self.app.tasks)) or "none"
             error = (f"unknown task {claimed.task!r}: no handler is registered under that name in this worker "
                      f"(registered: {known}). The job is kept as failed.")
-            return self._write(conn, claimed, attempt, Failed(error), started_at, slot, False)
+            return self.completer.write(conn, claimed, attempt, Failed(error), started_at, slot, False)
 
         if suspect and not self.alone_in_process:
             # Its last attempt (or its batch) never finished: this one runs alone in the process, and is
@@ -341,47 +286,12 @@ class Executor:
         outcome = self._handle(task, job, claimed, attempt, conn)
         touched = job._before_conn is None
         if touched:
-            outcome = self._still_leased(conn, task, attempt, claimed, outcome)
-        outcome = self._write(conn, claimed, attempt, outcome, started_at, slot, touched)
+            outcome = self.completer.still_leased(conn, task, attempt, claimed, outcome)
+        outcome = self.completer.write(conn, claimed, attempt, outcome, started_at, slot, touched)
         if touched and not commit:
-            self._release(conn)
+            self.completer.release(conn)
         if commit and not conn.closed:
-            return self._commit(conn, claimed, task, attempt, outcome, started_at, slot)
-        return outcome
-
-    def _release(self, conn: psycopg.Connection[Any]) -> None:
-        """Release the savepoint of a job whose outcome is written (see ``release_savepoint`` in
-        queries.sql), if the lease is still usable -- a gone one is handled by whoever comes next."""
-        if _usable(conn) and conn.info.transaction_status == TransactionStatus.INTRANS:
-            self.backend.release_savepoint(conn)
-
-    def _commit(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, task: "Task", attempt: int,
-                outcome: Outcome, started_at: datetime, slot: str) -> Outcome:
-        """COMMIT the lease. If the server refuses it on a live session (a deferred constraint the
-        handler's writes broke, say), the transaction -- the job's ``done`` and the handler's writes --
-        is rolled back, and that error is this attempt's failure, recorded from a fresh transaction
-        and retried like any other (never taken for a lost connection)."""
-        try:
-            conn.commit()
-            return outcome
-        except psycopg.Error as exc:
-            if connection_lost(exc) or not isinstance(outcome, Done):
-                raise
-            refused: psycopg.Error = exc
-        log.warning("job %s (%s) attempt %s/%s: its COMMIT was refused: %s: %s", claimed.id, claimed.task, attempt,
-                    claimed.max_attempts, type(refused).__qualname__, refused)
-        failure = decide_failure(task, attempt, claimed.max_attempts, format_error(refused), refused)
-        return self._write(conn, claimed, attempt, failure, started_at, slot, False)
-
-    @staticmethod
-    def _still_leased(conn: psycopg.Connection[Any], task: "Task", attempt: int, claimed: ClaimedJob,
-                      outcome: Outcome) -> Outcome:
-        """A handler that ended the job's transaction (commit/rollback on job.conn) lost its lease: a
-        returned handler is then a failure, not done."""
-        if isinstance(outcome, Done) and (conn.closed or conn.info.transaction_status != TransactionStatus.INTRANS):
-            error = RuntimeError("the handler ended the job's transaction (commit/rollback on job.conn); the lease "
-                                 "was lost. Handlers must leave job.conn's transaction open.")
-            return decide_failure(task, attempt, claimed.max_attempts, format_error(error), error)
+            return self.completer.commit(conn, claimed, task, attempt, outcome, started_at, slot)
         return outcome
 
     def run_claimed(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, task: "Task", slot: str) -> Outcome:
@@ -395,7 +305,7 @@ class Executor:
         if claimed.attempts >= claimed.max_attempts:
             error = (f"gave up: {claimed.attempts} attempt(s) used of max_attempts {claimed.max_attempts}; "
                      "the job is not run again")
-            outcome = self._write(conn, claimed, claimed.attempts, Failed(error), started_at, slot, False)
+            outcome = self.completer.write(conn, claimed, claimed.attempts, Failed(error), started_at, slot, False)
             if not conn.closed:
                 conn.commit()
             return outcome
@@ -406,7 +316,7 @@ class Executor:
             return LeaseLost(Failed("not queued when claimed"))
         attempt, cancel_reason = started
         if cancel_reason is not None:
-            return self._finish_claimed(conn, claimed, attempt - 1, Cancelled(cancel_reason), started_at, slot, owner,
+            return self.completer.finish_claimed(conn, claimed, attempt - 1, Cancelled(cancel_reason), started_at, slot, owner,
                                         task)
         if self.heartbeat is not None:
             self.heartbeat.hold(claimed.id, owner, task.lease_seconds)
@@ -419,79 +329,7 @@ class Executor:
         finally:
             if self.heartbeat is not None:
                 self.heartbeat.release(claimed.id)
-        return self._finish_claimed(conn, claimed, attempt, outcome, started_at, slot, owner, task)
-
-    def _finish_claimed(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, attempt: int, outcome: Outcome,
-                        started_at: datetime, slot: str, owner: uuid.UUID, task: "Task") -> Outcome:
-        """The fenced finishing write (state ``running`` and our owner), on the slot's connection while
-        its session lives. The server may have ended that session while the handler ran (it sat idle:
-        ``idle_session_timeout``, a terminate, a restart); then the write still happens, on a fresh
-        connection and fenced the same way, so the job always converges:
-
-        - ``Done`` and the handler left nothing uncommitted on ``job.conn`` (no transaction open):
-          completed from the fresh connection; it ran once and is done once.
-        - ``Done`` but the handler had written through ``job.conn``: those writes died with the
-          session, so the job is not done. The attempt is a failure like any other, counted: retried
-          by the task's policy, or ``failed`` after ``max_attempts``.
-        - any other outcome: written as decided.
-        """
-        backend = self.backend
-        gone = conn.closed or conn.broken
-        handler_wrote = gone or conn.info.transaction_status != TransactionStatus.IDLE
-        if isinstance(outcome, Done):
-            lost: BaseException | None = None
-            refused: psycopg.Error | None = None
-            if not gone:
-                try:
-                    if backend.complete(conn, claimed, attempt, outcome.result, started_at, slot, owner):
-                        conn.commit()
-                        return outcome
-                    conn.rollback()  # refused: the handler's writes go with it
-                    return self._lost(claimed, outcome)
-                except psycopg.Error as exc:
-                    if connection_lost(exc):
-                        lost = exc
-                    else:  # the server refused the write or its COMMIT (a deferred constraint, say)
-                        refused = exc
-            if refused is not None:
-                log.warning("job %s (%s) attempt %s/%s: its completion was refused: %s: %s", claimed.id,
-                            claimed.task, attempt, claimed.max_attempts, type(refused).__qualname__, refused)
-                outcome = decide_failure(task, attempt, claimed.max_attempts, format_error(refused), refused)
-            elif not handler_wrote:
-                if backend.complete(None, claimed, attempt, outcome.result, started_at, slot, owner):
-                    return outcome
-                return self._lost(claimed, outcome)
-            else:
-                error = ("the connection was lost before the job's completion committed; the handler's writes "
-                         f"through job.conn were lost with it ({lost if lost is not None else 'the session was gone'})")
-                outcome = decide_failure(task, attempt, claimed.max_attempts, error, lost)
-        state, delay, error_text, uncount = _row_for(outcome)
-        if uncount:
-            attempt -= 1
-        written: str | None = None
-        done = False
-        if not (conn.closed or conn.broken):
-            try:
-                conn.rollback()
-                written = backend.record_outcome(conn, claimed, attempt, state=state, delay=delay, error=error_text,
-                                                 started_at=started_at, worker=slot, uncount=False, owner=owner)
-                conn.commit()
-                done = True
-            except CONNECTION_LOST as exc:
-                if not session_gone(exc):
-                    raise
-        if not done:  # the session is gone: the same fenced write from a fresh connection
-            written = backend.record_outcome(None, claimed, attempt, state=state, delay=delay, error=error_text,
-                                             started_at=started_at, worker=slot, uncount=False, owner=owner)
-        if written is None:
-            return self._lost(claimed, outcome)
-        return _as_written(outcome, written)
-
-    @staticmethod
-    def _lost(claimed: ClaimedJob, outcome: Outcome) -> Outcome:
-        log.warning("job %s: lost its lease (rescued or cancelled meanwhile); our finishing write was refused",
-                    claimed.id)
-        return LeaseLost(outcome)
+        return self.completer.finish_claimed(conn, claimed, attempt, outcome, started_at, slot, owner, task)
 
     def _handle(self, task: "Task", job: Job, claimed: ClaimedJob, attempt: int,
                 conn: psycopg.Connection[Any]) -> Outcome:
@@ -575,64 +413,3 @@ class Executor:
             return None
         return to_json(result, "result not storable (the handler's return value)", self.app.max_result_bytes,
                        ResultNotStorable, "App(max_result_bytes=...)")
-
-    # ---- writing -------------------------------------------------------------------------------
-
-    def _write(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, attempt: int, outcome: Outcome,
-               started_at: datetime, slot: str, ran: bool) -> Outcome:
-        backend = self.backend
-        if isinstance(outcome, Done):
-            # A failure here (connection lost before or during COMMIT) propagates: the server either
-            # committed (the guard makes any later failure record a no-op) or rolled back (queued).
-            if backend.complete(conn, claimed, attempt, outcome.result, started_at, slot):
-                return outcome
-            outcome = Cancelled("cancellation requested while the job ran")  # the guard refused 'done'
-        state, delay, error, uncount = _row_for(outcome)
-        if uncount:
-            attempt -= 1  # a snooze gives its attempt back
-        if _usable(conn):
-            try:
-                if ran:
-                    backend.rollback_to_savepoint(conn)
-                written = backend.record_outcome(conn, claimed, attempt, state=state, delay=delay, error=error,
-                                                 started_at=started_at, worker=slot, uncount=uncount)
-                return _as_written(outcome, written)
-            except psycopg.Error as db_exc:  # recorded from a fresh transaction below
-                if not connection_lost(db_exc):
-                    log.warning("job %s: could not record its outcome in its transaction (%s); recording "
-                                "separately", claimed.id, db_exc)
-        broken = conn.broken
-        if not conn.closed:
-            try:
-                conn.rollback()
-            except psycopg.Error:
-                broken = True
-        written = backend.record_outcome(None, claimed, attempt, state=state, delay=delay, error=error,
-                                         started_at=started_at, worker=slot, uncount=uncount)
-        if written is None:
-            log.warning("job %s: attempt %s's outcome was not written: the job is no longer queued, or its row is "
-                        "still locked (its session has not exited yet, or another worker claimed it); then its "
-                        "error is kept in job_attempts and recorded by the job's next finishing write",
-                        claimed.id, attempt)
-        if broken:
-            raise psycopg.OperationalError("the job's connection was lost during the attempt")
-        return _as_written(outcome, written)
-
-
-def _row_for(outcome: Outcome) -> tuple[str, float | None, str | None, bool]:
-    """(state, delay, error, give the attempt back) to write for an outcome that is not Done."""
-    if isinstance(outcome, RetryLater):
-        return "queued", outcome.delay, storable_text(outcome.error), False
-    if isinstance(outcome, Snoozed):
-        return "queued", outcome.delay, None, True
-    if isinstance(outcome, Cancelled):
-        return "cancelled", None, storable_text(f"cancelled: {outcome.reason}"), False
-    assert isinstance(outcome, Failed)
-    return "failed", None, storable_text(outcome.error), False
-
-
-def _as_written(outcome: Outcome, written: str | None) -> Outcome:
-    """A pending cancellation request overrides the decided outcome in the database; report that."""
-    if written == "cancelled" and not isinstance(outcome, Cancelled):
-        return Cancelled("cancellation requested")
-    return outcome
