@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from skiplock import ConfigurationError
+
 from skiplock.maintenance.pruner import Pruner
 
 
@@ -39,3 +41,9 @@ def test_a_short_pass_schedules_the_next_when_half_a_pass_is_due_again():
 
 def test_catch_up_never_exceeds_the_interval():
     assert Pruner(None, 0.05).catch_up == 0.05  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [0, -5, 1.5, True])
+def test_a_bad_pass_limit_is_refused(bad):
+    with pytest.raises(ConfigurationError, match="pass_limit must be a positive number of rows"):
+        Pruner(None, 60.0, pass_limit=bad)  # type: ignore[arg-type]

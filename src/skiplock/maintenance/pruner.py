@@ -41,6 +41,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..errors import ConfigurationError
 from .service import Service
 
 if TYPE_CHECKING:
@@ -72,6 +73,8 @@ class Pruner(Service):
 
     def __init__(self, app: "App", interval: float = 60.0, *, catch_up: float = CATCH_UP,
                  pass_limit: int | None = None):
+        if pass_limit is not None and (isinstance(pass_limit, bool) or not isinstance(pass_limit, int) or pass_limit < 1):
+            raise ConfigurationError(f"pass_limit must be a positive number of rows, got {pass_limit!r}")
         super().__init__(interval)
         self.app = app
         self.catch_up = min(catch_up, interval)
