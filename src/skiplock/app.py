@@ -684,21 +684,37 @@ class App:
     def prune(self, retention: Mapping[str, float | timedelta] | None = None, batch: int = 1000) -> dict[str, int]:
         """Delete finished jobs older than their state's retention, in small batches that never lock
         the queue (SKIP LOCKED) and one process at a time (an advisory lock). Returns counts deleted;
-        a state is absent if another process was pruning."""
-        backend = self._ready()
+        a state is absent if another process was pruning.
+
+        This deletes everything due at once (``skiplock prune``, a manual call); the worker's
+        background pruner paces itself instead (:class:`skiplock.maintenance.pruner.Pruner`)."""
         ages = self.retention if retention is None else _check_retention(retention)
+        return self._prune(ages, batch)
+
+    def _prune(self, ages: Mapping[str, float], batch: int, limit: int | None = None,
+               ticks: bool = True) -> dict[str, int]:
+        """One prune: each state in turn, batch by batch, until a batch comes back short or (with
+        ``limit``) that many rows in all were deleted; a state the limit left unvisited is absent,
+        as is one another process was pruning. ``ticks``: also prune old periodic ticks and the
+        rows of dead batches."""
+        backend = self._ready()
         deleted: dict[str, int] = {}
+        left = limit
         for state, age in ages.items():
             total = 0
-            while True:
-                n = backend.prune(state, age, batch)
-                if n is None:
+            while left is None or left > 0:
+                size = batch if left is None else min(batch, left)
+                n = backend.prune(state, age, size)
+                if n is None:  # another process is pruning
                     break
                 total += n
-                if n < batch:
+                if left is not None:
+                    left -= n
+                if n < size or left == 0:
                     deleted[state] = total
                     break
-        backend.prune_ticks(max(ages.values(), default=86400.0) + 86400.0)
+        if ticks:
+            backend.prune_ticks(max(ages.values(), default=86400.0) + 86400.0)
         return deleted
 
     # ---- periodic ------------------------------------------------------------------------------

@@ -113,6 +113,7 @@ def _exercise(dsn: str, schema: str) -> None:
         assert len(app.list_jobs(state="done")) == 5 + 1
         assert [m.topic for m in app.outbox.list_messages()] == ["topic"]
         app.prune({"done": 0})
+        assert app.backend.jobs_vacuum_threshold() == 2000  # the background pruner's pass size, in this schema
     finally:
         app.close()
     with psycopg.connect(dsn) as c:

@@ -36,6 +36,11 @@ class Service:
     def step(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    def next_delay(self) -> float:
+        """Seconds from the end of a pass to the next one: ``interval`` unless a service paces
+        itself (the pruner). Not used after a pass lost the database (see ``recovery``)."""
+        return self.interval
+
     def start(self) -> "Service":
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name=f"skiplock-{self.name}", daemon=True)
@@ -72,5 +77,5 @@ class Service:
             if lost is not None and self.recovery is not None:
                 self.recovery.lost(self.name, lost, self.interval, self._stop)
             else:
-                self._stop.wait(self.interval)
+                self._stop.wait(self.next_delay())
 

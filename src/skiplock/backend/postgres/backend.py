@@ -833,6 +833,13 @@ class PostgresBackend:
                 return None
             return int(row_of(c.execute(self.q["prune"], {"state": state, "age": age_seconds, "batch": batch}))[0])
 
+    def jobs_vacuum_threshold(self) -> float:
+        """Dead tuples at which autovacuum vacuums the jobs table (its storage parameters first)."""
+        row = self._one("jobs_vacuum_threshold", {"schema": self.schema})
+        if row is None or row[0] is None:
+            raise RuntimeError(f"no jobs table in schema {self.schema!r}")
+        return float(row[0])
+
     def prune_ticks(self, age_seconds: float) -> None:
         self._one("prune_ticks", {"age": age_seconds})
         self._one("prune_batches", {})

@@ -614,7 +614,10 @@ LISTEN skiplock;
 
 -- name: prune
 -- One small batch of finished jobs of one state older than the cutoff. SKIP LOCKED and a small
--- LIMIT keep it from ever blocking the queue; the caller loops until a batch comes back short.
+-- LIMIT keep it from ever blocking the queue; `state` is a finished state (the caller checks), so a
+-- queued or running job is never deleted. Each deleted row is a dead tuple until vacuum: `skiplock
+-- prune` loops until a batch comes back short; the background pruner deletes at most half the
+-- table's vacuum threshold per pass (maintenance/pruner.py).
 WITH victims AS (
 SELECT id FROM {schema}.jobs
  WHERE state = %(state)s AND finished_at < clock_timestamp() - %(age)s::float8 * interval '1 second'
@@ -624,6 +627,28 @@ SELECT id FROM {schema}.jobs
 d AS (DELETE FROM {schema}.jobs WHERE id IN (SELECT id FROM victims) RETURNING id),
 w AS (DELETE FROM {schema}.job_waiters WHERE job_id IN (SELECT id FROM d))
 SELECT count(*) FROM d;
+
+-- name: jobs_vacuum_threshold
+-- The dead tuples at which autovacuum vacuums the jobs table, by the server's formula: threshold +
+-- scale_factor x reltuples, capped by autovacuum_vacuum_max_threshold (PostgreSQL 18+; -1: no cap),
+-- each from the table's storage parameters where it sets them (migration 0001: 2,000, scale 0), else
+-- from the server's settings. The background pruner sizes its passes by it.
+WITH t AS (
+SELECT greatest(c.reltuples, 0)::float8 AS reltuples,
+       (SELECT option_value FROM pg_options_to_table(c.reloptions)
+         WHERE option_name = 'autovacuum_vacuum_threshold') AS base,
+       (SELECT option_value FROM pg_options_to_table(c.reloptions)
+         WHERE option_name = 'autovacuum_vacuum_scale_factor') AS scale,
+       (SELECT option_value FROM pg_options_to_table(c.reloptions)
+         WHERE option_name = 'autovacuum_vacuum_max_threshold') AS cap
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = %(schema)s AND c.relname = 'jobs'),
+f AS (
+SELECT coalesce(base, current_setting('autovacuum_vacuum_threshold'))::float8
+         + coalesce(scale, current_setting('autovacuum_vacuum_scale_factor'))::float8 * reltuples AS threshold,
+       coalesce(cap, current_setting('autovacuum_vacuum_max_threshold', true), '-1')::float8 AS cap
+  FROM t)
+SELECT CASE WHEN cap >= 0 THEN least(threshold, cap) ELSE threshold END FROM f;
 
 -- name: prune_ticks
 DELETE FROM {schema}.periodic_ticks WHERE tick < clock_timestamp() - %(age)s::float8 * interval '1 second';
