@@ -44,23 +44,13 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Generic, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Generic, Sequence, TypeVar
+
+from .backend.base import ReadBackend
 
 T = TypeVar("T")
 
 MAX_PAGE = 10_000
-
-
-class ReadBackend(Protocol):
-    """The backend statements the read model reads (see queries.sql, section "the read model")."""
-
-    def counts(self) -> list[tuple[str, str, int]]: ...
-    def running_now(self, after: int | None, limit: int) -> list[tuple[Any, ...]]: ...
-    def batches_in_flight(self, after: int | None, limit: int) -> list[tuple[Any, ...]]: ...
-    def live_worker_rows(self, live_seconds: float, after: tuple[datetime, uuid.UUID] | None,
-                         limit: int) -> list[tuple[Any, ...]]: ...
-    def failure_classes(self, since: datetime | None = None) -> list[tuple[Any, ...]]: ...
-    def oldest_ready(self) -> list[tuple[Any, ...]]: ...
 
 
 @dataclass(frozen=True)
@@ -213,21 +203,12 @@ class ReadModel:
 
     def running_now(self, *, limit: int = 1000, after: str | None = None) -> Page[RunningJob]:
         """Every job in flight now, whichever its lease, by job id: a page of at most ``limit``."""
-        key = _cursor(after, "running")
-        if key is not None and (isinstance(key, bool) or not isinstance(key, int)):
-            raise ValueError(f"not a cursor of running: {after!r}")
-        rows = self.backend.running_now(key, _limit(limit))
-        items = [RunningJob(*row) for row in rows]
-        return Page(items, _make_cursor("running", items[-1].job_id) if len(items) == limit else None)
+        return _id_page("running", after, limit, self.backend.running_now, lambda r: RunningJob(*r), "job_id")
 
     def batches_in_flight(self, *, limit: int = 1000, after: str | None = None) -> Page[BatchInFlight]:
         """Batches whose transaction is open now, by batch id (their jobs are not in ``running_now``)."""
-        key = _cursor(after, "batches")
-        if key is not None and (isinstance(key, bool) or not isinstance(key, int)):
-            raise ValueError(f"not a cursor of batches: {after!r}")
-        rows = self.backend.batches_in_flight(key, _limit(limit))
-        items = [BatchInFlight(*row) for row in rows]
-        return Page(items, _make_cursor("batches", items[-1].batch_id) if len(items) == limit else None)
+        return _id_page("batches", after, limit, self.backend.batches_in_flight, lambda r: BatchInFlight(*r),
+                        "batch_id")
 
     def workers(self, *, limit: int = 1000, after: str | None = None) -> Page[WorkerInfo]:
         """Every live worker process (seen within ``live_seconds``), oldest first."""
@@ -276,3 +257,15 @@ def all_pages(fetch: Any, limit: int = 1000) -> list[Any]:
 
 __all__: Sequence[str] = ("Page", "QueueCount", "RunningJob", "BatchInFlight", "WorkerInfo", "FailureClass",
                           "QueueAge", "ReadModel", "all_pages")
+
+
+
+def _id_page(kind: str, after: str | None, limit: int, fetch: Callable[[int | None, int], list[tuple[Any, ...]]],
+             make: Callable[[tuple[Any, ...]], T], id_field: str) -> "Page[T]":
+    """A page of rows keyed by one integer id: the cursor ``after`` (of this ``kind``) checked, the rows
+    fetched after it, and the next cursor if the page is full."""
+    key = _cursor(after, kind)
+    if key is not None and (isinstance(key, bool) or not isinstance(key, int)):
+        raise ValueError(f"not a cursor of {kind}: {after!r}")
+    items = [make(row) for row in fetch(key, _limit(limit))]
+    return Page(items, _make_cursor(kind, getattr(items[-1], id_field)) if len(items) == limit else None)

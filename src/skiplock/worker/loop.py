@@ -135,7 +135,6 @@ class Worker:
         self._conns: dict[int, psycopg.Connection[Any]] = {}
         self._busy: set[int] = set()
         self._signals = 0
-        self._waiting = 0  # slots waiting for work (their last claim found none)
         self.governor = Governor(concurrency, adaptive=bool(adaptive_limit))
 
     # ---- control -------------------------------------------------------------------------------
@@ -154,16 +153,7 @@ class Worker:
     def _idle(self) -> None:
         with self._wake_up:
             if not self._stopping.is_set():
-                self._waiting += 1
-                try:
-                    self._wake_up.wait(self.poll_interval)
-                finally:
-                    self._waiting -= 1
-
-    @property
-    def idle_slots(self) -> int:
-        """Slots waiting for work now (their last claim found none)."""
-        return self._waiting
+                self._wake_up.wait(self.poll_interval)
 
     def stop(self, abort: bool = False) -> None:
         """Stop claiming. With ``abort``, also end in-flight jobs: their transactions roll back."""
