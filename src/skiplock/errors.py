@@ -18,6 +18,22 @@ class DatabaseUnavailable(SkiplockError):
     """The database cannot be reached (wrong DSN, server down, network)."""
 
 
+class ConnectionLost(DatabaseUnavailable):
+    """The database session ended under an operation (a server restart, a terminate, a network cut, a
+    server-side timeout). Any transaction it had open was rolled back by the server: a job leased by
+    it is available again. Raised by the backend in place of the driver's own errors."""
+
+
+class DatabaseError(SkiplockError):
+    """The server refused a statement on a live session (a constraint, a deadlock, a cancelled
+    statement, a deferred constraint at COMMIT). The session is usable after a rollback.
+    ``sqlstate`` is the server's error code when it gave one."""
+
+    def __init__(self, message: str, sqlstate: str | None = None):
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
 class SchemaError(SkiplockError):
     """The database has no skiplock schema, or one of a version this code does not know."""
 
