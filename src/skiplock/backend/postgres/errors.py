@@ -22,7 +22,7 @@ from .backend import connection_lost, one_line
 
 def translate(exc: psycopg.Error, dsn: str | None = None) -> SkiplockError:
     """The skiplock error for a driver error (see the module docstring)."""
-    text = redact(one_line(exc), dsn)
+    text = f"{type(exc).__name__}: {redact(one_line(exc), dsn)}"
     if connection_lost(exc):
         return ConnectionLost(f"lost the connection to PostgreSQL: {text}")
     return DatabaseError(text, getattr(exc, "sqlstate", None))
@@ -30,8 +30,9 @@ def translate(exc: psycopg.Error, dsn: str | None = None) -> SkiplockError:
 
 @contextmanager
 def translated(dsn: str | None = None) -> Iterator[None]:
-    """Run a block with driver errors raised as skiplock errors (chained to the driver's, for tracebacks)."""
+    """Run a block with driver errors raised as skiplock errors. The driver's error is not chained
+    (``from None``): its text is in the message, redacted; its own attributes may quote the DSN."""
     try:
         yield
     except psycopg.Error as exc:
-        raise translate(exc, dsn) from exc
+        raise translate(exc, dsn) from None
