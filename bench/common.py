@@ -98,7 +98,7 @@ class Server:
 
     def close(self) -> None:
         if self.owns_server and self.embedded_data_dir is not None:
-            from skiplock import embedded
+            from skiplock.backend.postgres import embedded
 
             embedded.stop_server(self.embedded_data_dir, mode="fast")
             if self._cleanup_dir is not None:
@@ -116,7 +116,7 @@ def start_embedded(data_dir: str | None, max_connections: int | None = None) -> 
     """The embedded server in ``data_dir`` (started if needed, left running), or a fresh throw-away
     one in a temporary directory (stopped and deleted at the end) when ``data_dir`` is None; a
     throw-away one gets ``max_connections`` if given (one restart, before anything is measured)."""
-    from skiplock import embedded
+    from skiplock.backend.postgres import embedded
 
     cleanup: Path | None = None
     if data_dir is None:
@@ -142,7 +142,7 @@ def start_embedded(data_dir: str | None, max_connections: int | None = None) -> 
 def from_dsn(dsn: str) -> Server:
     """An existing server. Its postmaster is found through our own backend's parent process when the
     server runs on this machine (server CPU is reported as unknown otherwise)."""
-    from skiplock.embedded import _bin_dir
+    from skiplock.backend.postgres.embedded import _bin_dir
 
     with psycopg.connect(dsn, autocommit=True) as c:
         backend_pid = one(c, "SELECT pg_backend_pid()")[0]

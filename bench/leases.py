@@ -3,7 +3,7 @@
 ``run(dsn, quick=False) -> dict`` (the harness entry point) or ``python -m bench.leases`` /
 ``python bench/leases.py [--dsn DSN | --data-dir DIR] [--quick] [--out PATH]``, which writes one JSON
 object (default ``bench/results/leases.json``) and prints a summary. Without ``--dsn`` it starts the
-embedded server (``skiplock.embedded.ensure_server``): in ``--data-dir`` (left running), else in a
+embedded server (``skiplock.backend.postgres.embedded.ensure_server``): in ``--data-dir`` (left running), else in a
 fresh temporary directory that is stopped and deleted at the end. ``dsn`` must allow CREATE DATABASE:
 every scenario gets a database of its own (``CREATE DATABASE``, then ``skiplock.App(dsn).migrate()``),
 dropped afterwards.
@@ -847,7 +847,7 @@ def run(dsn: str, quick: bool = False, log: Any = None, parts: tuple[str, ...] =
 
 def start_server(data_dir: str | None) -> tuple[str, Any]:
     """(admin DSN, cleanup) for the embedded server in ``data_dir``, or a throw-away one."""
-    from skiplock import embedded
+    from skiplock.backend.postgres import embedded
 
     if data_dir:
         return embedded.ensure_server(Path(data_dir).expanduser().resolve()).dsn, lambda: None

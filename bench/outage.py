@@ -36,7 +36,7 @@ CONCURRENCY = 4
 
 
 def _running(data_dir: Path) -> Any:
-    from skiplock import embedded
+    from skiplock.backend.postgres import embedded
 
     return embedded._read_running(data_dir)
 
@@ -68,7 +68,7 @@ def _time_failure(call: Any) -> tuple[float, str]:
 
 
 def measure(ctx: Context, outages: list[float]) -> dict[str, Any]:
-    from skiplock import embedded
+    from skiplock.backend.postgres import embedded
 
     root = Path(tempfile.mkdtemp(prefix="skiplock-bench-outage-"))
     data_dir = root / "pg"

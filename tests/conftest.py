@@ -17,7 +17,7 @@ import pytest
 from psycopg import conninfo, sql
 
 import skiplock
-from skiplock import embedded
+from skiplock.backend.postgres import embedded
 
 _counter = itertools.count()
 

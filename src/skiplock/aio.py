@@ -16,10 +16,8 @@ import asyncio
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-import psycopg
-
+from .backend.drivers import is_async_connection
 from .app import App, RetriedJobs, Task, _check_unique, _enqueue_steps
-from .backend.postgres.backend import KeyedBatch
 from .job import Job, JobState
 from .retry import RetryPolicy
 from .worker import WorkerStats
@@ -80,7 +78,7 @@ class AsyncApp:
                       conn: Any = None) -> int:
         """:meth:`App.enqueue`; with an ``AsyncConnection`` the job exists only if the caller commits
         (the same checks, statements, retries and errors as App.enqueue on a connection)."""
-        if not isinstance(conn, psycopg.AsyncConnection):
+        if not is_async_connection(conn):
             return await asyncio.to_thread(
                 self.app.enqueue, task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
                 max_attempts=max_attempts, unique_key=unique_key, on_conflict=on_conflict, conn=conn)
@@ -95,14 +93,14 @@ class AsyncApp:
         also on an ``AsyncConnection``: the same checks (a bad item is refused by index before
         anything is sent), then the sync path's steps in the caller's transaction -- one INSERT
         statement whatever the batch size (the COPY path of large batches is sync only); with
-        unique keys the same undoable attempts (:class:`KeyedBatch`), so a refusal leaves the
+        unique keys the same undoable attempts (the backend's ``keyed_batch``), so a refusal leaves the
         caller's transaction usable."""
-        if not isinstance(conn, psycopg.AsyncConnection):
+        if not is_async_connection(conn):
             return await asyncio.to_thread(self.app.enqueue_many, jobs, conn=conn)
         new, keyed = self.app._new_jobs(jobs)
         if not new:
             return []
-        batch = KeyedBatch(new, keyed) if keyed else None  # in-call duplicates refused before any I/O
+        batch = self.app.backend.keyed_batch(new, keyed) if keyed else None  # in-call duplicates: refused before any I/O
         backend = await asyncio.to_thread(self.app._ready)
         steps = backend.enqueue_steps(new) if batch is None else backend.enqueue_keyed_steps(batch)
         return await backend.run_async(steps, conn)

@@ -85,7 +85,6 @@ class WaitTimeout(SkiplockError, TimeoutError):
 
 REDACTED = "***"
 MIN_SEARCHED_SECRET = 4
-_SECRET_KEYS = ("password", "sslpassword")
 # postgresql://user:PASSWORD@host -- the password runs to the last "@" of the URI token
 _URI_USERINFO = re.compile(r"(?P<keep>\b[a-z][a-z0-9+.-]*://[^\s:@/\"']*:)[^\s\"']*@", re.I)
 # ?password=PASSWORD or &password=PASSWORD in a URI's query
@@ -101,18 +100,14 @@ def _mask(text: str) -> str:
 
 
 def _secrets(dsn: str | None) -> list[str]:
-    """The password values a DSN carries (as parsed, and as they may be spelled in a URI)."""
+    """The password values a DSN carries (as its backend parses it, and as they may be spelled in a URI)."""
     if not dsn:
         return []
-    from psycopg import ProgrammingError, conninfo
+    from .backend.dsn import secrets
 
-    try:
-        parts = conninfo.conninfo_to_dict(dsn)
-    except ProgrammingError:
-        return []
     # Shorter values are not searched for in free text (every "a" of a message is not a password);
     # DSN-shaped text is masked whatever the password's length (see _mask).
-    values = [str(parts[k]) for k in _SECRET_KEYS if len(str(parts.get(k) or "")) >= MIN_SEARCHED_SECRET]
+    values = [value for value in secrets(dsn) if len(value) >= MIN_SEARCHED_SECRET]
     return [v for value in values for v in {value, quote(value, safe=""), quote(value)}]
 
 
@@ -126,17 +121,15 @@ def redact(text: str, dsn: str | None = None) -> str:
 
 
 def redact_dsn(dsn: str) -> str:
-    """The DSN for display: its settings in key=value form without password or sslpassword; an
+    """The DSN for display: its settings without password or sslpassword (a PostgreSQL DSN in
+    key=value form, parsed by libpq's rules; another scheme's URI without its password); an
     unparseable DSN is shown as given, its passwords masked."""
-    from psycopg import ProgrammingError, conninfo
+    from .backend.dsn import without_secrets
 
-    try:
-        parts = conninfo.conninfo_to_dict(dsn)
-    except ProgrammingError:
+    shown = without_secrets(dsn)
+    if shown is None:
         return f"unparseable DSN {redact(dsn)!r}"
-    for key in _SECRET_KEYS:
-        parts.pop(key, None)
-    return redact(conninfo.make_conninfo(**{k: str(v) for k, v in parts.items()}), dsn) or "<defaults>"
+    return redact(shown, dsn) or "<defaults>"
 
 
 def storable_text(text: str) -> str:

@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Callable
 
-import psycopg
+from .backend.probes import answers as _answers  # one attempt, by the DSN's backend
 
 log = logging.getLogger("skiplock.reconnect")
 
@@ -38,8 +38,6 @@ log = logging.getLogger("skiplock.reconnect")
 BASE = 0.25
 # The probe's pause between attempts while the server is down: uniform in this range (seconds).
 PROBE_PAUSE = (0.25, 0.75)
-# libpq's shortest connect timeout (it treats 1 as 2).
-PROBE_CONNECT_TIMEOUT = 2
 # A loss reported this soon after the previous episode ended continues it (a slot that finds its
 # dead connection only after another slot has reconnected): no second WARNING for one outage.
 AFTERMATH = 5.0
@@ -77,22 +75,6 @@ class Backoff:
 
     def reset(self) -> None:
         self.failures = 0
-
-
-def _answers(dsn: str) -> bool | None:
-    """One probe: True if the server accepts connections, False if it is not there (refused, no
-    answer, starting up or shutting down), None if it answered but refused us for another reason
-    (a wrong password, no such database): not an outage, nothing to wait for."""
-    try:
-        psycopg.connect(dsn, connect_timeout=PROBE_CONNECT_TIMEOUT, application_name="skiplock-probe").close()
-        return True
-    except psycopg.OperationalError as exc:
-        state = exc.sqlstate
-        if state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03"):
-            return False
-        return None
-    except psycopg.Error:
-        return None
 
 
 class ReadinessProbe:

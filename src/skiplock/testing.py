@@ -26,12 +26,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Iterator, Mapping, Sequence
 
-import psycopg
-from psycopg.rows import dict_row
-
 from .app import App, serialise_args, to_json
-from .backend.postgres.backend import connect, session_options
-from .backend.postgres.queries import load_queries
 from .errors import InvalidJob
 from .job import Job, JobState, Snooze
 from .worker import WorkerStats
@@ -42,24 +37,19 @@ SHOWN = 20  # jobs listed by a failed assert_enqueued
 
 
 @contextmanager
-def rolled_back(app: App) -> Iterator["psycopg.Connection[Any]"]:
+def rolled_back(app: App) -> Iterator[Any]:
     """A new connection to ``app``'s database (READ COMMITTED, like skiplock's own sessions) with a
     transaction open for the whole block and rolled back when it ends -- also on error. Inside it,
     ``conn.commit()`` raises ``psycopg.ProgrammingError`` (nothing can escape the rollback), and
     ``conn.transaction()`` blocks are savepoints. Jobs enqueued on it are never seen by workers:
     they exist only in this transaction. Checks the app's schema first (a clear error if missing)."""
     app.check()
-    conn = connect(app.dsn, app.connect_timeout, autocommit=False, application_name="skiplock-testing",
-                   options=session_options(app.dsn))
-    try:
-        with conn.transaction(force_rollback=True):
-            yield conn
-    finally:
-        conn.close()
+    with app.backend.testing().rolled_back("skiplock-testing") as conn:
+        yield conn
 
 
 def run_inline(app: App, task: str, args: Mapping[str, Any] | None = None, *,
-               conn: "psycopg.Connection[Any] | None" = None, **options: Any) -> Any:
+               conn: Any = None, **options: Any) -> Any:
     """Run ``task``'s handler now, in this thread, as a worker would run the job's first attempt in
     a transaction lease, but inside ``conn``'s transaction (a :func:`rolled_back` one; without
     ``conn``, a rolled-back transaction of its own). Returns the handler's result.
@@ -83,18 +73,19 @@ def run_inline(app: App, task: str, args: Mapping[str, Any] | None = None, *,
     if conn is None:
         with rolled_back(app) as own:
             return run_inline(app, task, args, conn=own, **options)
-    _check_test_connection(conn)
+    app.backend.testing().check_connection(conn)
     keyed = sorted({"unique_key", "on_conflict"} & set(options))
     if keyed:  # enqueue may return another job's id: that job is not this run's
         raise InvalidJob(f"run_inline runs a new job: {', '.join(keyed)} not accepted "
                          "(enqueue with app.enqueue(..., unique_key=...) and run it with drain)")
     job_id = app.enqueue(task, args, conn=conn, **options)
-    row = conn.cursor(row_factory=dict_row).execute(app.backend.q["get_job"], {"id": job_id}).fetchone()
+    db = app.backend.testing()
+    row = db.job_row(conn, job_id)
     if row is None:
         raise RuntimeError(f"job {job_id}, just enqueued in this transaction, is not there")
     started_at = datetime.now(timezone.utc)
     job = _job(row, attempts=1, started_at=started_at, worker=INLINE_WORKER, _conn=conn)
-    with conn.transaction():  # a savepoint: a handler that raises leaves none of its writes
+    with db.savepoint(conn):  # a savepoint: a handler that raises leaves none of its writes
         result = registered.fn(job, **job.args)
         if inspect.isawaitable(result):
             result = asyncio.run(_awaited(result))
@@ -103,14 +94,13 @@ def run_inline(app: App, task: str, args: Mapping[str, Any] | None = None, *,
         result_json = None if result is None else to_json(
             result, "result not storable (the handler's return value)", app.max_result_bytes, ResultNotStorable,
             "App(max_result_bytes=...)")
-        conn.execute(_queries(app)["finish_inline"], {"id": job_id, "started_at": started_at,
-                                                        "result": result_json, "worker": INLINE_WORKER})
+        db.finish_inline(conn, job_id, started_at, result_json, INLINE_WORKER)
     return result
 
 
 def assert_enqueued(app: App, *, task: str | None = None, args: Mapping[str, Any] | None = None,
                     queue: str | None = None, state: str | None = "queued", count: int | None = None,
-                    conn: "psycopg.Connection[Any] | None" = None) -> list[Job]:
+                    conn: Any = None) -> list[Job]:
     """The jobs (in id order) in ``state`` (default ``queued``; None: any) that match every filter
     given: ``task``, ``queue``, and ``args`` (equal to the stored args, compared as JSON: a tuple
     matches a list). At least one must match -- exactly ``count`` if given -- else AssertionError
@@ -127,9 +117,9 @@ def assert_enqueued(app: App, *, task: str | None = None, args: Mapping[str, Any
     if conn is None:
         jobs = app.list_jobs(state=state, limit=100_000)[::-1]  # newest first there
     else:
-        _check_test_connection(conn, reading=True)
-        rows = conn.cursor(row_factory=dict_row).execute(_queries(app)["jobs_in_transaction"], {"state": state})
-        jobs = [_job(r) for r in rows.fetchall()]
+        db = app.backend.testing()
+        db.check_connection(conn, reading=True)
+        jobs = [_job(r) for r in db.jobs_in_transaction(conn, state)]
     matching = [j for j in jobs if (task is None or j.task == task) and (queue is None or j.queue == queue)
                 and (wanted_args is None or j.args == wanted_args)]
     if matching if count is None else len(matching) == count:
@@ -158,22 +148,10 @@ def drain(app: App, queues: Sequence[str] | None = None, *, concurrency: int = 1
 # ---- plumbing -------------------------------------------------------------------------------------
 
 
-def _queries(app: App) -> dict[str, str]:
-    return load_queries(app.schema, "testing.sql")
-
-
 def _job(row: Mapping[str, Any], **fields: Any) -> Job:
     data = {**row, **fields}
     data["state"] = JobState(data["state"])
     return Job(**data)
-
-
-def _check_test_connection(conn: Any, *, reading: bool = False) -> None:
-    if isinstance(conn, psycopg.AsyncConnection) or not isinstance(conn, psycopg.Connection):
-        raise TypeError(f"conn must be a psycopg Connection (e.g. from skiplock.testing.rolled_back), got {type(conn).__name__}")
-    if conn.autocommit and not reading:
-        raise ValueError("conn is in autocommit mode: run_inline's writes would be committed; "
-                         "use a transaction you roll back (skiplock.testing.rolled_back(app))")
 
 
 async def _awaited(awaitable: Any) -> Any:

@@ -67,6 +67,6 @@ def test_embedded_server_as_the_current_user_via_the_api(tmp_path):
         assert app.embedded_server is not None and app.embedded_server.data_dir == (tmp_path / "pg").resolve()
     finally:
         app.close()
-        from skiplock import embedded
+        from skiplock.backend.postgres import embedded
 
         embedded.stop_server(tmp_path / "pg")

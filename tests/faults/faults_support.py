@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Sequence
 import psycopg
 from psycopg import conninfo
 
-from skiplock import embedded
+from skiplock.backend.postgres import embedded
 from support import ChildProcess, cli_argv, wait_for, kill_all  # noqa: F401 - re-exported for the tests
 from support import cli_env as _cli_env
 from support import run_cli as _run_cli

@@ -11,7 +11,7 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-from skiplock import embedded
+from skiplock.backend.postgres import embedded
 
 # A Unix socket path is limited to ~107 bytes: a data directory this deep gets its socket elsewhere.
 LONG = "d" * 90

@@ -21,7 +21,7 @@ import pytest
 from psycopg import conninfo
 
 import skiplock
-from skiplock import embedded
+from skiplock.backend.postgres import embedded
 from skiplock.errors import ConfigurationError
 from security_support import copy_to_program, psql_as, python_as, skiplock_as
 
@@ -209,7 +209,7 @@ def test_another_users_data_dir_is_a_clear_error(servers):
     data = servers.data_dir()
     servers.start(data)
     servers.base.chmod(0o755)
-    probe = ("import sys\nfrom skiplock import embedded, errors\n"
+    probe = ("import sys\nfrom skiplock import errors\nfrom skiplock.backend.postgres import embedded\n"
              "for call in (embedded.ensure_server, embedded.stop_server):\n"
              "    try:\n        call(sys.argv[1])\n    except errors.ConfigurationError as exc:\n        print(exc)\n")
     attempt = python_as("nobody", probe, str(data), env={"HOME": "/tmp"})

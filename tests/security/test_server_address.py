@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import skiplock
-from skiplock import embedded
+from skiplock.backend.postgres import embedded
 from skiplock.errors import ConfigurationError
 from support import cli_env, wait_for
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from skiplock import embedded
+from skiplock.backend.postgres import embedded
 from skiplock.errors import ConfigurationError
 from security_support import as_user, old_predictable_socket_dir
 

@@ -96,7 +96,7 @@ def test_mypy_sees_async_app_methods_and_their_types():
     assert lines == [
         'note: Revealed type is "def (job_id: int) -> typing.Coroutine[Any, Any, skiplock.job.Job]"',
         'note: Revealed type is "list[tuple[str, str, int]]"',
-        'note: Revealed type is "skiplock.app.RetriedJobs"',
+        'note: Revealed type is "skiplock.operations.RetriedJobs"',
         'note: Revealed type is "Any"',
         'note: Revealed type is "skiplock.worker.loop.WorkerStats"',
         'error: Argument 1 to "get_job" of "AsyncApp" has incompatible type "str"; expected "int"  [arg-type]',

@@ -51,20 +51,12 @@ ALLOWED_CYCLE_EDGES: set[tuple[str, str]] = set()  # none left: the checks app, 
 # imports ("psycopg", "psycopg_pool", or a skiplock.backend.postgres module). "(types)": only under
 # TYPE_CHECKING.
 ALLOWED_DRIVER_IMPORTS: dict[str, set[str]] = {
-    "skiplock.aio": {"psycopg", "skiplock.backend.postgres.backend"},
-    "skiplock.app": {"skiplock.backend.postgres", "skiplock.backend.postgres.backend",
-                     "skiplock.backend.postgres.steps"},  # steps: (types)
     "skiplock.dedup": {"psycopg", "skiplock.backend.postgres.queries"},
     "skiplock.demo": {"psycopg", "skiplock.backend.postgres.backend"},
-    "skiplock.embedded": {"psycopg"},
-    "skiplock.errors": {"psycopg"},  # deferred, in the error translation
     "skiplock.job": {"psycopg"},  # (types): job.conn's type, which issue 11 allows to stay the driver's
     "skiplock.maintenance.service": {"skiplock.backend.postgres.backend"},
     "skiplock.outbox.relay": {"psycopg", "skiplock.backend.postgres.backend"},
-    "skiplock.outbox.writer": {"psycopg", "skiplock.backend.postgres.outbox"},
-    "skiplock.reconnect": {"psycopg"},
     "skiplock.scenario": {"psycopg"},
-    "skiplock.testing": {"psycopg", "skiplock.backend.postgres.backend", "skiplock.backend.postgres.queries"},
     # the completer is the executor's writing half, split off in session 4: the same imports, moved
     "skiplock.worker.completer": {"psycopg", "skiplock.backend.postgres", "skiplock.backend.postgres.backend"},
     "skiplock.worker.executor": {"psycopg", "skiplock.backend.postgres.backend"},

@@ -10,7 +10,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple, Protocol, Sequence
+from typing import Any, Generator, Mapping, NamedTuple, Protocol, Sequence, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -136,3 +138,15 @@ class Backend(ReadBackend, Protocol):
     def untakeable(self, live_seconds: float) -> list[tuple[str, str, int]]: ...
 
     def close(self) -> None: ...
+
+    # what the App's producing and pruning call (App is typed against this port, never a backend class)
+    dsn: str
+    def keyed_batch(self, jobs: Sequence[NewJob], keyed: Mapping[int, tuple[str, str]]) -> Any: ...
+    def enqueue_steps(self, jobs: Sequence[NewJob]) -> Generator[Any, Any, list[int]]: ...
+    def enqueue_unique_steps(self, job: NewJob, unique_key: str) -> Generator[Any, Any, tuple[int, bool]]: ...
+    def enqueue_keyed_steps(self, batch: Any) -> Generator[Any, Any, list[int]]: ...
+    def run(self, steps: Generator[Any, Any, T], conn: Any = None) -> T: ...  # on conn (its transaction), else pooled
+    async def run_async(self, steps: Generator[Any, Any, T], conn: Any) -> T: ...  # on the caller's async connection
+    def prune_ticks(self, age_seconds: float) -> None: ...
+    def outbox_store(self) -> Any: ...
+    def testing(self) -> Any: ...  # what skiplock.testing does on this database (rolled-back connections, ...)  # the outbox's operations on this database (an outbox_base.OutboxStore)

@@ -35,9 +35,9 @@ def server_start(obj: Context, tcp: bool | None) -> None:
     """Start (or reuse) the embedded server and print its DSN (and its TCP DSN with --tcp).
 
     Only its owner can use it: the DSN names a password file only the owner can read."""
-    from ..embedded import ensure_server
+    from ..backend.factory import embedded_server
 
-    s = ensure_server(obj.data_dir, tcp=tcp)
+    s = embedded_server(obj.data_dir, tcp=tcp)
     console.print(s.dsn, markup=False, soft_wrap=True)
     if s.tcp:
         console.print(s.tcp_dsn, markup=False, soft_wrap=True)
@@ -48,6 +48,6 @@ def server_start(obj: Context, tcp: bool | None) -> None:
 @handle_errors
 def server_stop(obj: Context) -> None:
     """Stop the embedded server."""
-    from ..embedded import stop_server
+    from ..backend.factory import stop_embedded_server
 
-    console.print("stopped" if stop_server(obj.data_dir) else "not running", markup=False)
+    console.print("stopped" if stop_embedded_server(obj.data_dir) else "not running", markup=False)

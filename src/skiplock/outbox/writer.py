@@ -12,9 +12,8 @@ import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Sequence
 
-import psycopg
-
 from ..values import check_text, to_json
+from ..backend.drivers import is_async_connection
 from ..backend.outbox_base import MessageRecord, NewMessage, OutboxStore
 from .errors import InvalidMessage, MessageNotFound
 
@@ -75,9 +74,7 @@ class Outbox:
         backend after ``app.close()``)."""
         backend = self.app._ready()
         if self._store is None or self._backend is not backend:
-            from ..backend.postgres.outbox import PostgresOutboxStore
-
-            self._store, self._backend = PostgresOutboxStore(backend), backend
+            self._store, self._backend = backend.outbox_store(), backend
         return self._store
 
     # ---- writing -------------------------------------------------------------------------------
@@ -137,12 +134,12 @@ class Outbox:
     def _put(self, new: list[NewMessage], conn: Any) -> list[MessageRef]:
         if not new:
             return []
-        if isinstance(conn, psycopg.AsyncConnection):
+        if is_async_connection(conn):
             raise TypeError("an AsyncConnection needs `await outbox.put_async(...)` / `put_many_async`")
         return [MessageRef(mid, ikey) for mid, ikey in self.store.put(new, conn, wake=self.notify)]
 
     async def _put_async(self, new: list[NewMessage], conn: Any) -> list[MessageRef]:
-        if not isinstance(conn, psycopg.AsyncConnection):
+        if not is_async_connection(conn):
             return await asyncio.to_thread(functools.partial(self._put, new, conn))
         if not new:
             return []

@@ -574,6 +574,23 @@ class PostgresBackend:
                     write((job_id, j.queue, j.task, j.args_json, j.priority, j.max_attempts))
         return ids
 
+    def testing(self) -> Any:
+        """What skiplock.testing does on this database (:class:`.testing.PostgresTesting`)."""
+        from .testing import PostgresTesting
+
+        return PostgresTesting(self, lambda name: connect(self.dsn, self.connect_timeout, autocommit=False,
+                                                          application_name=name, options=session_options(self.dsn)))
+
+    def outbox_store(self) -> Any:
+        """The outbox's operations on this database (:class:`.outbox.PostgresOutboxStore`)."""
+        from .outbox import PostgresOutboxStore
+
+        return PostgresOutboxStore(self)
+
+    def keyed_batch(self, jobs: Sequence[NewJob], keyed: Mapping[int, tuple[str, str]]) -> KeyedBatch:
+        """An ``enqueue_many`` batch with unique keys (:class:`KeyedBatch`; refuses in-call duplicates)."""
+        return KeyedBatch(jobs, keyed)
+
     def enqueue_keyed(self, batch: KeyedBatch, conn: Any = None) -> list[int]:
         """``enqueue_many`` with unique keys (see :class:`KeyedBatch`): ids in input order, an item
         whose key is held getting the holder's id. Always one INSERT statement (never COPY). Each

@@ -8,15 +8,17 @@ rows forever.
 
 from __future__ import annotations
 
-from typing import Any, Generator, Sequence
+from typing import TYPE_CHECKING, Any, Generator, Sequence
 
 import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 
 from ..outbox_base import Finish, Message, MessageRecord, NewMessage
-from .backend import PostgresBackend
 from .queries import load_queries
+
+if TYPE_CHECKING:  # the backend makes its store (PostgresBackend.outbox_store): no import cycle
+    from .backend import PostgresBackend
 
 # A sequence of statements: each step yields (query, params) and is sent back the rows it returned.
 Steps = Generator[tuple[str, dict[str, Any]], list[tuple[Any, ...]], list[tuple[int, str]]]
@@ -43,7 +45,7 @@ async def _run_async(cur: psycopg.AsyncCursor[Any], steps: Steps) -> list[tuple[
 
 
 class PostgresOutboxStore:
-    def __init__(self, backend: PostgresBackend):
+    def __init__(self, backend: "PostgresBackend"):
         self.backend = backend
         self.q = load_queries(backend.schema, "outbox.sql")
         self._key_prefix = f"skiplock.outbox:{backend.schema}:"
