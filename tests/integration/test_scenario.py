@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from rich.console import Console
 
-from skiplock.scenario import CLAIM_SQL, run_scenario
+from skiplock.tools.scenario import CLAIM_SQL, run_scenario
 
 # The transcript part of the user's seed (job-queue-on-skip-locked.txt), verbatim, trailing spaces included.
 SEED_TRANSCRIPT = """\

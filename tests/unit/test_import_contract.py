@@ -52,11 +52,14 @@ ALLOWED_CYCLE_EDGES: set[tuple[str, str]] = set()  # none left: the checks app, 
 # TYPE_CHECKING.
 ALLOWED_DRIVER_IMPORTS: dict[str, set[str]] = {
     "skiplock.dedup": {"psycopg", "skiplock.backend.postgres.queries"},
-    "skiplock.demo": {"psycopg", "skiplock.backend.postgres.backend"},
     "skiplock.job": {"psycopg"},  # (types): job.conn's type, which issue 11 allows to stay the driver's
+    # the tools (moved from the package root, same imports): the demo checks its effects table and
+    # kills a worker with jobs in flight on its own psycopg connection; the scenario replays the
+    # seed's raw SQL transcript on two psycopg sessions. Still to go through the port.
+    "skiplock.tools.demo": {"psycopg", "skiplock.backend.postgres.backend"},
+    "skiplock.tools.scenario": {"psycopg"},
     "skiplock.maintenance.service": {"skiplock.backend.postgres.backend"},
     "skiplock.outbox.relay": {"psycopg", "skiplock.backend.postgres.backend"},
-    "skiplock.scenario": {"psycopg"},
     # the completer is the executor's writing half, split off in session 4: the same imports, moved
     "skiplock.worker.completer": {"psycopg", "skiplock.backend.postgres", "skiplock.backend.postgres.backend"},
     "skiplock.worker.executor": {"psycopg", "skiplock.backend.postgres.backend"},

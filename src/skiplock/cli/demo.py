@@ -14,7 +14,7 @@ from .group import Context, console, handle_errors
 @handle_errors
 def scenario(obj: Context) -> None:
     """Replay the seed's two-session transcript against the server and check every step."""
-    from ..scenario import run_scenario
+    from ..tools.scenario import run_scenario
 
     app = obj.app()
     result = run_scenario(app.dsn, out=console)
@@ -29,7 +29,7 @@ def scenario(obj: Context) -> None:
 @handle_errors
 def demo(obj: Context, n_jobs: int, workers: int, concurrency: int) -> None:
     """Enqueue jobs, run worker processes, SIGKILL one mid-run, and show every effect applied exactly once."""
-    from ..demo import run_demo
+    from ..tools.demo import run_demo
 
     app = obj.app()
     ok = run_demo(app.dsn, jobs=n_jobs, workers=workers, concurrency=concurrency, console=console)

@@ -10,7 +10,7 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 from rich.console import Console
 
-from .errors import redact
+from ..errors import redact
 
 CLAIM_SQL = "SELECT id, task FROM jobs WHERE state = 'queued'\n   ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED;"
 LOCK_TIMEOUT = "2s"

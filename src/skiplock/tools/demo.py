@@ -21,8 +21,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .app import App
-from .backend.postgres.backend import connect, row_of
+from ..app import App
+from ..backend.postgres.backend import connect, row_of
 
 DEMO_DB = "skiplock_demo"
 
@@ -55,7 +55,7 @@ def _start_worker(dsn: str, concurrency: int) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if k != "SKIPLOCK_SCHEMA"}
     env["SKIPLOCK_DSN"] = dsn
     return subprocess.Popen(
-        [sys.executable, "-m", "skiplock", "--quiet", "worker", "--app", "skiplock.demo:app",
+        [sys.executable, "-m", "skiplock", "--quiet", "worker", "--app", "skiplock.tools.demo:app",
          "--concurrency", str(concurrency), "--poll-interval", "0.05", "--log-level", "ERROR"],
         stdin=subprocess.DEVNULL, env=env,
     )
