@@ -394,3 +394,18 @@ def test_demo_kills_a_worker_mid_run_and_every_effect_is_there_once(pg_admin_dsn
     assert rows and all(line.rstrip().endswith("│ yes │") for line in rows if "│ NO" in line or "│ yes" in line)
     killed = [line for line in rows if re.search(r"killed worker \d+: jobs in flight", line)]
     assert len(killed) == 1 and "yes" in killed[0], killed
+
+
+@pytest.mark.parametrize("dsn, expected", [
+    ("mysql://shop:Hunter2-secret@db.example:3306/shop", "MySQL/MariaDB backend is not available yet"),
+    ("sqlite://shop:Hunter2-secret@db.example/shop", "unsupported DSN scheme 'sqlite'"),
+])
+def test_a_dsn_of_another_database_is_one_line_exit_2_without_its_password(dsn, expected):
+    """open_backend picks the backend from the DSN's scheme: a MySQL DSN is refused as not available
+    yet, another scheme naming the supported ones -- one line, exit 2, no password, no traceback."""
+    for command in (("status",), ("enqueue", "effect"), ("migrate",)):
+        result = run_cli(dsn, *command)
+        assert result.returncode == 2, (command, result)
+        assert expected in result.stderr and "postgresql://" in result.stderr, result.stderr
+        assert "Hunter2-secret" not in result.stderr + result.stdout and "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
