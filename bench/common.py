@@ -98,12 +98,23 @@ class Server:
 
     def close(self) -> None:
         if self.owns_server and self.embedded_data_dir is not None:
-            from skiplock.backend.postgres import embedded
+            embedded = embedded_module()
 
             embedded.stop_server(self.embedded_data_dir, mode="fast")
             if self._cleanup_dir is not None:
                 embedded.remove_data_dir(self._cleanup_dir)
 
+
+
+def embedded_module() -> Any:
+    """skiplock's embedded-server module, wherever the benchmarked revision has it (``--rev`` may
+    export an older src/): ``skiplock.backend.postgres.embedded``, formerly ``skiplock.embedded``."""
+    import importlib
+
+    try:
+        return importlib.import_module("skiplock.backend.postgres.embedded")
+    except ModuleNotFoundError:
+        return importlib.import_module("skiplock.embedded")
 
 # Applied to a server the bench starts for itself (never to one given with --dsn or --data-dir).
 # A drained queue leaves one dead index entry per job at the head of the claim index; every claim
@@ -116,7 +127,7 @@ def start_embedded(data_dir: str | None, max_connections: int | None = None) -> 
     """The embedded server in ``data_dir`` (started if needed, left running), or a fresh throw-away
     one in a temporary directory (stopped and deleted at the end) when ``data_dir`` is None; a
     throw-away one gets ``max_connections`` if given (one restart, before anything is measured)."""
-    from skiplock.backend.postgres import embedded
+    embedded = embedded_module()
 
     cleanup: Path | None = None
     if data_dir is None:
@@ -142,7 +153,7 @@ def start_embedded(data_dir: str | None, max_connections: int | None = None) -> 
 def from_dsn(dsn: str) -> Server:
     """An existing server. Its postmaster is found through our own backend's parent process when the
     server runs on this machine (server CPU is reported as unknown otherwise)."""
-    from skiplock.backend.postgres.embedded import _bin_dir
+    _bin_dir = embedded_module()._bin_dir
 
     with psycopg.connect(dsn, autocommit=True) as c:
         backend_pid = one(c, "SELECT pg_backend_pid()")[0]

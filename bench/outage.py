@@ -36,8 +36,9 @@ CONCURRENCY = 4
 
 
 def _running(data_dir: Path) -> Any:
-    from skiplock.backend.postgres import embedded
+    from .common import embedded_module
 
+    embedded = embedded_module()
     return embedded._read_running(data_dir)
 
 
@@ -68,8 +69,9 @@ def _time_failure(call: Any) -> tuple[float, str]:
 
 
 def measure(ctx: Context, outages: list[float]) -> dict[str, Any]:
-    from skiplock.backend.postgres import embedded
+    from .common import embedded_module
 
+    embedded = embedded_module()
     root = Path(tempfile.mkdtemp(prefix="skiplock-bench-outage-"))
     data_dir = root / "pg"
     server = embedded.ensure_server(data_dir)

@@ -63,3 +63,18 @@ def test_redact_dsn_is_scheme_aware():
     shown = redact_dsn(f"mysql://u:{SECRET}@db.example:3306/app?ssl=1&password={SECRET}")
     assert SECRET not in shown and shown.startswith("mysql://u@db.example:3306/app") and "ssl=1" in shown
     assert sorted(redact_dsn(f"host=h password={SECRET} dbname=d").split()) == ["dbname=d", "host=h"]
+
+
+def test_redact_finds_the_password_of_any_schemes_dsn_in_free_text():
+    from skiplock.errors import redact
+
+    for dsn in (f"mysql://u:{SECRET}@db.example/app", f"postgresql://u:{SECRET}@db.example/app",
+                f"host=h password={SECRET}"):
+        assert SECRET not in redact(f"the server said: bad login {SECRET!r}", dsn)
+
+
+def test_the_readiness_probe_is_the_dsns_backends():
+    """A DSN no backend serves is never probed as an outage (None: nothing to wait for)."""
+    from skiplock.backend.probes import answers
+
+    assert answers(f"mysql://u:{SECRET}@db.example/app") is None
