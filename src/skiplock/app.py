@@ -1,7 +1,8 @@
-"""App: configuration, the task registry, schema, periodic tasks, workers and the outbox.
+"""App: configuration, the task registry, schema, enqueueing, periodic tasks, workers and the outbox.
 
-Producing jobs is :class:`skiplock.producing.Producer`'s, reads and operations on jobs and queues
-:class:`skiplock.operations.Operations`'s (both mixed into App; their names are re-exported here).
+The checks behind ``enqueue``/``enqueue_many`` are :class:`skiplock.producing.Producer`'s, the reads
+and operations on jobs and queues :class:`skiplock.operations.Operations`'s (both mixed into App;
+the names other code imported from here are re-exported).
 The backend comes from :func:`skiplock.backend.open_backend` (the DSN's scheme picks it); App is
 typed against the :class:`~skiplock.backend.base.Backend` port, never a backend class."""
 
