@@ -59,7 +59,6 @@ ALLOWED_DRIVER_IMPORTS: dict[str, set[str]] = {
     "skiplock.embedded": {"psycopg"},
     "skiplock.errors": {"psycopg"},  # deferred, in the error translation
     "skiplock.job": {"psycopg"},  # (types): job.conn's type, which issue 11 allows to stay the driver's
-    "skiplock.maintenance.service": {"skiplock.backend.postgres.backend"},
     "skiplock.outbox.relay": {"psycopg", "skiplock.backend.postgres.backend"},
     "skiplock.outbox.writer": {"psycopg", "skiplock.backend.postgres.outbox"},
     "skiplock.reconnect": {"psycopg"},
