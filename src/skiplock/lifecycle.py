@@ -33,12 +33,13 @@ import signal
 import threading
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
 from .errors import DatabaseUnavailable, SkiplockError
 from .reconnect import BASE, Backoff, Reconnects, reason
 
 log = logging.getLogger("skiplock.lifecycle")
+L = TypeVar("L", bound="Loop")
 
 
 # ---- time ----------------------------------------------------------------------------------------
@@ -167,7 +168,7 @@ class Loop:
 
     # ---- control -----------------------------------------------------------------------------
 
-    def start(self, **run_kwargs: Any) -> "Loop":
+    def start(self: L, **run_kwargs: Any) -> L:
         """Run in a daemon thread (``run(**run_kwargs)``); returns at once."""
         if self._thread is not None and self._thread.is_alive():
             raise RuntimeError(f"{self.who} is already running")
@@ -220,11 +221,11 @@ class Loop:
                 try:
                     self.step()
                 except self.retry_on as exc:
-                    self._count(exc)
+                    self._tally(exc)
                     self.on_failure(exc)
                     self._back_off(exc)
                     continue
-                self._count(None)
+                self._tally(None)
                 self.recovered()
                 delay = self.next_delay()
                 if delay > 0 and not self._stop.is_set():
@@ -250,7 +251,7 @@ class Loop:
             self.recovery.connected(self.who, self._backoff)
         self._backoff.reset()
 
-    def _count(self, error: BaseException | None) -> None:
+    def _tally(self, error: BaseException | None) -> None:
         with self._counted:
             self.passes += 1
             if error is not None:

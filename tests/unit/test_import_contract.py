@@ -59,7 +59,6 @@ ALLOWED_DRIVER_IMPORTS: dict[str, set[str]] = {
     "skiplock.embedded": {"psycopg"},
     "skiplock.errors": {"psycopg"},  # deferred, in the error translation
     "skiplock.job": {"psycopg"},  # (types): job.conn's type, which issue 11 allows to stay the driver's
-    "skiplock.outbox.relay": {"psycopg", "skiplock.backend.postgres.backend"},
     "skiplock.outbox.writer": {"psycopg", "skiplock.backend.postgres.outbox"},
     "skiplock.reconnect": {"psycopg"},
     "skiplock.scenario": {"psycopg"},
@@ -68,7 +67,6 @@ ALLOWED_DRIVER_IMPORTS: dict[str, set[str]] = {
     "skiplock.worker.completer": {"psycopg", "skiplock.backend.postgres", "skiplock.backend.postgres.backend"},
     "skiplock.worker.executor": {"psycopg", "skiplock.backend.postgres.backend"},
     "skiplock.worker.heartbeat": {"skiplock.backend.postgres"},  # (types)
-    "skiplock.worker.listener": {"psycopg"},
     "skiplock.worker.loop": {"psycopg", "skiplock.backend.postgres.backend"},
     "skiplock.worker.presence": {"psycopg", "skiplock.backend.postgres.backend"},  # backend: (types)
 }
