@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import skiplock
 from skiplock.maintenance.periodic import Schedule, Scheduler
+from support import wait_for
 
 T0 = datetime(2026, 11, 30, 12, 0, 30, tzinfo=timezone.utc)
 
@@ -100,13 +101,9 @@ def test_a_worker_runs_the_scheduler_and_the_periodic_job(dsn, db):
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
-        import time
-
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if db.execute("SELECT count(*) FROM skiplock.jobs WHERE task = 'every_minute' AND state = 'done'").fetchone()[0]:
-                break
-            time.sleep(0.05)
+        assert worker.started.wait(30)
+        wait_for(lambda: db.execute("SELECT count(*) FROM skiplock.jobs WHERE task = 'every_minute' "
+                                    "AND state = 'done'").fetchone()[0], 30, "the periodic job to run")
     finally:
         worker.stop()
         thread.join(30)
