@@ -210,6 +210,8 @@ class Loop:
     def run(self) -> None:
         """Run passes in this thread until stopped. An exception outside ``retry_on`` ends the loop
         and is raised (``last_error``); ``on_stop`` runs in any case."""
+        self.started.clear()  # a loop run again reports its new run
+        self.stopped.clear()
         recovery = self.recovery
         cap = self._max_backoff if self._max_backoff is not None else (recovery.cap if recovery else 30.0)
         self._backoff = Backoff(recovery.base if recovery else BASE, max(0.0, cap), self._rng)
@@ -261,13 +263,14 @@ class Loop:
 
     def _back_off(self, exc: BaseException) -> None:
         assert self._backoff is not None
+        if self._stop.is_set():  # failed while stopping (its session closed under it): nothing to report
+            return
         delay = self._backoff.next()
         if isinstance(exc, DatabaseUnavailable) and self.recovery is not None:
             self.recovery.lost(self.who, exc, delay, self._stop)  # logs once per outage for the owner
             return
-        if not self._stop.is_set():
-            self.logger.warning("%s: pass failed (%s); retrying in %.2fs", self.who, reason(exc), delay,
-                                exc_info=not isinstance(exc, SkiplockError))
+        self.logger.warning("%s: pass failed (%s); retrying in %.2fs", self.who, reason(exc), delay,
+                            exc_info=not isinstance(exc, SkiplockError))
         self.clock.wait(self._stop, delay)
 
 
