@@ -58,6 +58,7 @@ from ..lifecycle import Loop, Signals, escalate
 from ..reconnect import Reconnects, quiet_driver_noise
 from ..retry import RetryPolicy, as_policy
 from ..worker.listener import Listener
+from .delivery import deliver_external, deliver_in_transaction
 from .policy import DEFAULT_RETRY, decide
 from .sinks import check_sink, is_transactional
 
@@ -293,7 +294,7 @@ class Relay(Loop):
                 lease.rollback()
                 return 0
             if self.transactional:
-                results = self._deliver_in_transaction(lease, messages)
+                results = deliver_in_transaction(self.sink, lease, messages)
             else:
                 results = self._deliver_external(messages, None)
             outcomes = [decide(m, r, self.retry) for m, r in zip(messages, results)]
@@ -322,60 +323,16 @@ class Relay(Loop):
                 self.stats.failed += 1
                 log.error("message %s (%s) failed: %s", m.id, m.topic, (o.error or "").splitlines()[0])
 
-    # ---- delivering ------------------------------------------------------------------------------
+    # ---- delivering (outbox/delivery.py) --------------------------------------------------------
 
     def _deliver_external(self, messages: list[Message], owner: str | None) -> list[BaseException | None]:
-        """Deliver concurrently, outside any transaction. Under a claimed lease, extend it while
-        deliveries are still running, so a slow batch is not rescued from under us."""
         assert self._pool is not None
-        batch_fn = getattr(self.sink, "deliver_batch", None)
-        if batch_fn is not None:
-            whole = self._pool.submit(self._call_batch, batch_fn, messages)
-            self._wait_extending({whole}, owner, messages)
-            return whole.result()
-        each = [self._pool.submit(self._call, m) for m in messages]
-        self._wait_extending(set(each), owner, messages)
-        return [f.result() for f in each]
-
-    def _wait_extending(self, futures: set[cf.Future[Any]], owner: str | None, messages: list[Message]) -> None:
         ids = [m.id for m in messages]
-        pending = futures
-        while pending:
-            _, pending = cf.wait(pending, timeout=self.lease_seconds / 3 if owner else None)
-            if pending and owner:
-                try:
-                    self.store.extend_lease(owner, ids, self.lease_seconds)
-                except (DatabaseError, DatabaseUnavailable) as exc:
-                    log.warning("relay %s: could not extend a lease (%s)", self.name, exc)
+        extend = None if owner is None else (lambda: self._extend(owner, ids))
+        return deliver_external(self.sink, self._pool, messages, extend, self.lease_seconds / 3)
 
-    def _call(self, message: Message) -> BaseException | None:
+    def _extend(self, owner: str, ids: list[int]) -> None:
         try:
-            self.sink.deliver(message)
-            return None
-        except Exception as exc:  # noqa: BLE001 - every failure is an outcome to record
-            return exc
-
-    def _call_batch(self, batch_fn: Any, messages: list[Message]) -> list[BaseException | None]:
-        try:
-            results = list(batch_fn(messages))
-        except Exception as exc:  # noqa: BLE001 - the whole batch failed alike
-            return [exc] * len(messages)
-        if len(results) != len(messages):
-            error = RuntimeError(f"{self.sink!r}.deliver_batch returned {len(results)} results for {len(messages)} messages")
-            return [error] * len(messages)
-        return results
-
-    def _deliver_in_transaction(self, lease: OutboxLease, messages: list[Message]) -> list[BaseException | None]:
-        """A transactional sink writes on the lease's connection. The batch first, all or nothing; if
-        that fails, message by message under a savepoint each, so one bad message fails alone. A lost
-        session raises (``lease.attempt``): the whole batch rolls back."""
-        batch_fn = getattr(self.sink, "deliver_batch", None)
-        if batch_fn is not None and len(messages) > 1:
-            if lease.attempt(lambda conn: batch_fn(messages, conn)) is None:
-                return [None] * len(messages)
-        results: list[BaseException | None] = []
-        for m in messages:
-            def one(conn: Any, m: Message = m) -> None:
-                self.sink.deliver(m, conn)
-            results.append(lease.attempt(one))
-        return results
+            self.store.extend_lease(owner, ids, self.lease_seconds)
+        except (DatabaseError, DatabaseUnavailable) as exc:
+            log.warning("relay %s: could not extend a lease (%s)", self.name, exc)
