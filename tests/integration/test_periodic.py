@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import skiplock
 from skiplock.maintenance.periodic import Schedule, Scheduler
+from support import wait_for
 
 T0 = datetime(2026, 11, 30, 12, 0, 30, tzinfo=timezone.utc)
 
@@ -100,13 +101,9 @@ def test_a_worker_runs_the_scheduler_and_the_periodic_job(dsn, db):
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
-        import time
-
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if db.execute("SELECT count(*) FROM skiplock.jobs WHERE task = 'every_minute' AND state = 'done'").fetchone()[0]:
-                break
-            time.sleep(0.05)
+        assert worker.started.wait(30)
+        wait_for(lambda: db.execute("SELECT count(*) FROM skiplock.jobs WHERE task = 'every_minute' "
+                                    "AND state = 'done'").fetchone()[0], 30, "the periodic job to run")
     finally:
         worker.stop()
         thread.join(30)
@@ -147,3 +144,29 @@ def test_periodic_task_options_are_checked_at_decoration_time():
         with pytest.raises(skiplock.ConfigurationError, match=message):
             app.periodic("* * * * *", name="x", **options)
     assert app.tasks == {} and app.schedules == {}
+
+
+def test_the_running_scheduler_decides_its_fires_from_the_injected_clock(dsn, db):
+    """The scheduler service on a ManualClock: it waits exactly until the next tick (computed from the
+    clock, not from time passing), fires at it, and not a moment before -- with no sleeping."""
+    from skiplock.lifecycle import ManualClock
+
+    app = make_app(dsn)  # */5 * * * *
+    clock = ManualClock(T0)  # 12:00:30
+    scheduler = Scheduler(app, interval=3600.0, clock=clock).start()
+    try:
+        assert clock.wait_for_waits(1)
+        assert clock.waits == [270.0]  # until 12:05:00
+        clock.advance(269.0)
+        assert not scheduler.wait_for_passes(2, timeout=0.3)  # 12:04:59: nothing due, no pass
+        assert db.execute("SELECT count(*) FROM skiplock.jobs").fetchone()[0] == 0
+        clock.advance(1.0)
+        assert clock.wait_for_waits(2)
+        assert clock.waits[1] == 300.0  # from 12:05:00 to 12:10:00
+        assert [(name, tick.minute) for name, tick, _ in scheduler.enqueued] == [("report", 5)]
+        assert db.execute("SELECT tick FROM skiplock.periodic_ticks").fetchall() == [
+            (datetime(2026, 11, 30, 12, 5, tzinfo=timezone.utc),)]
+    finally:
+        scheduler.stop()
+        app.close()
+    assert scheduler.failures == 0

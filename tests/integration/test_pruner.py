@@ -77,3 +77,24 @@ def test_manual_prune_still_deletes_everything_at_once(app, db):
     insert_finished(db, "failed", 3, "31 days")
     assert app.prune() == {"done": 2500, "failed": 3, "cancelled": 0}
     assert kept_rows(db) == []
+
+
+def test_the_pace_is_measured_on_the_pruners_injected_clock(app, db):
+    """A short pass schedules the next one from the rate rows came due, timed on the pruner's clock:
+    on a ManualClock the waits are exact, and nothing sleeps."""
+    from skiplock.lifecycle import ManualClock
+
+    clock = ManualClock()
+    insert_finished(db, "done", 10, "2 days")
+    pruner = Pruner(app, 60.0, pass_limit=1000, clock=clock).start()
+    try:
+        assert clock.wait_for_waits(1)
+        assert clock.waits == [60.0]  # the first pass has no predecessor: the normal interval
+        insert_finished(db, "done", 999, "2 days")  # 999 rows came due over the 60 s of the clock
+        clock.advance(60.0)
+        assert clock.wait_for_waits(2)
+        # half a pass (500 rows) is due again in 500 x 60 / 999 s -- by the clock, not by time passing
+        assert clock.waits[1] == 500 * 60.0 / 999
+        assert [p.deleted for p in pruner.recent] == [10, 999]
+    finally:
+        pruner.stop()

@@ -314,3 +314,35 @@ def test_relay_options_are_checked(app, sink):
     with pytest.raises(ConfigurationError, match="http:// or https://"):
         HttpSink("ftp://example.com/x")
     assert DEFAULT_RETRY(1, None) > 0
+
+
+def test_a_database_error_in_a_pass_is_backed_off_not_fatal_and_raised_as_a_skiplock_error(app, db, caplog):
+    """The relay is a lifecycle Loop: a pass the server refuses (here: its table is gone for a while)
+    is logged, counted and retried after a backoff -- the relay keeps running -- and what it saw is a
+    skiplock DatabaseError (the relay is driver-free), never the driver's own error."""
+    import logging
+
+    from skiplock.errors import DatabaseError
+
+    delivered: list[object] = []
+
+    class Collect:
+        def deliver(self, message) -> None:
+            delivered.append(message.payload)
+
+    ref = app.outbox.put("t", {"n": 1})
+    db.execute("ALTER TABLE skiplock.outbox RENAME TO outbox_away")
+    relay = app.relay(Collect(), poll_interval=0.05, max_reconnect_delay=0.2, listen=False)
+    try:
+        with caplog.at_level(logging.WARNING, logger="skiplock.relay"):
+            relay.start()
+            assert relay.wait_for_failures(2, timeout=30), "the refused passes were not retried"
+        assert isinstance(relay.last_error, DatabaseError) and relay.last_error.sqlstate == "42P01"
+        assert not relay.stopped.is_set()
+        assert [r for r in caplog.records if "pass failed" in r.getMessage() and "outbox" in r.getMessage()]
+        db.execute("ALTER TABLE skiplock.outbox_away RENAME TO outbox")
+        wait_for(lambda: delivered == [{"n": 1}], 30, "the message once the table is back")
+    finally:
+        relay.stop()
+    assert relay.stopped.is_set() and relay.stats.reconnects >= 2
+    assert row(db, ref.id)["state"] == "sent"

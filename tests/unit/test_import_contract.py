@@ -52,13 +52,10 @@ ALLOWED_CYCLE_EDGES: set[tuple[str, str]] = set()  # none left: the checks app, 
 # TYPE_CHECKING.
 ALLOWED_DRIVER_IMPORTS: dict[str, set[str]] = {
     "skiplock.job": {"psycopg"},  # (types): job.conn's type, which issue 11 allows to stay the driver's
-    "skiplock.maintenance.service": {"skiplock.backend.postgres.backend"},
-    "skiplock.outbox.relay": {"psycopg", "skiplock.backend.postgres.backend"},
     # the completer is the executor's writing half, split off in session 4: the same imports, moved
     "skiplock.worker.completer": {"psycopg", "skiplock.backend.postgres", "skiplock.backend.postgres.backend"},
     "skiplock.worker.executor": {"psycopg", "skiplock.backend.postgres.backend"},
     "skiplock.worker.heartbeat": {"skiplock.backend.postgres"},  # (types)
-    "skiplock.worker.listener": {"psycopg"},
     "skiplock.worker.loop": {"psycopg", "skiplock.backend.postgres.backend"},
     "skiplock.worker.presence": {"psycopg", "skiplock.backend.postgres.backend"},  # backend: (types)
 }

@@ -43,6 +43,16 @@ class NewJob(NamedTuple):
     run_at: datetime | None
 
 
+class Notifications(Protocol):
+    """A listening session (``connect_listener``): the payloads of the wake-up notifications sent on
+    the backend's channel. ``wait(timeout)`` returns as soon as one arrives (with any that came with
+    it), or ``[]`` after ``timeout`` seconds; a dead session raises ``skiplock.errors.ConnectionLost``
+    (only skiplock errors cross the seam)."""
+
+    def wait(self, timeout: float) -> list[str]: ...
+    def close(self) -> None: ...
+
+
 class ReadBackend(Protocol):
     """The read model's statements (see readmodel.py: what "running" means, pages by keyset)."""
 
@@ -74,7 +84,7 @@ class Backend(ReadBackend, Protocol):
     # connections
     def connect_lease(self, application_name: str) -> Any: ...
     def connect_bookkeeping(self) -> Any: ...
-    def connect_listener(self) -> Any: ...
+    def connect_listener(self) -> Notifications: ...
     def connection_budget(self) -> Any: ...  # what the server lets this role open; see ConnectionBudget
 
     # the transaction lease (inside the slot's transaction)

@@ -17,6 +17,7 @@ from croniter import croniter
 
 from ..backend.base import NewJob
 from ..errors import ConfigurationError
+from ..lifecycle import SYSTEM_CLOCK, Clock
 from .service import Service
 
 if TYPE_CHECKING:
@@ -121,22 +122,36 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+# The shortest pause between passes: a tick a few microseconds away is waited for, not spun on.
+MIN_PAUSE = 0.01
+
+
 class Scheduler(Service):
-    """Enqueues each due tick of every schedule of an app (exactly once across all schedulers)."""
+    """Enqueues each due tick of every schedule of an app (exactly once across all schedulers).
+
+    When to run is decided here, from the clock: after a pass the scheduler waits until the earliest
+    next tick of its schedules (computed from ``clock.now()``), at most ``interval`` seconds (so a
+    wall-clock step -- NTP, a suspended machine -- is noticed within ``interval``). ``clock`` is a
+    :class:`skiplock.lifecycle.Clock` (tests pass a ``ManualClock``: fires are decided without
+    sleeping), or a callable returning the wall-clock time (the loop then waits on the real clock)."""
 
     name = "periodic"
 
-    def __init__(self, app: "App", interval: float = 1.0, clock: Callable[[], datetime] = utcnow):
-        super().__init__(interval)
+    def __init__(self, app: "App", interval: float = 1.0, clock: Callable[[], datetime] | Clock = utcnow):
+        if isinstance(clock, Clock):
+            super().__init__(interval, clock=clock)
+            self.wall: Callable[[], datetime] = clock.now
+        else:
+            super().__init__(interval, clock=SYSTEM_CLOCK)
+            self.wall = clock
         self.app = app
-        self.clock = clock
         self.enqueued: list[tuple[str, datetime, int]] = []
         self._next: dict[str, datetime] = {}
 
     def catch_up(self, now: datetime | None = None) -> None:
         """Decide where each schedule starts: after ``now`` (skip missed ticks) or, for
         ``run_once`` schedules, at the latest tick missed since the last one recorded."""
-        now = now or self.clock()
+        now = now or self.wall()
         backend = self.app.backend
         for s in self.app.schedules.values():
             self._next[s.name] = s.next_after(now)
@@ -148,7 +163,7 @@ class Scheduler(Service):
 
     def run_due(self, now: datetime | None = None) -> list[int]:
         """Enqueue the ticks that are due at ``now``; returns the ids this scheduler enqueued."""
-        now = now or self.clock()
+        now = now or self.wall()
         if len(self._next) != len(self.app.schedules):
             self.catch_up(now)
         ids: list[int] = []
@@ -177,3 +192,10 @@ class Scheduler(Service):
 
     def step(self) -> None:
         self.run_due()
+
+    def next_delay(self) -> float:
+        """Seconds until the earliest next tick, by the wall clock; at most ``interval``."""
+        if not self._next:
+            return self.interval
+        until = (min(self._next.values()) - self.wall()).total_seconds()
+        return min(self.interval, max(MIN_PAUSE, until))

@@ -36,12 +36,12 @@ bounded). ``skiplock prune`` and App.prune delete everything due at once.
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError
+from ..lifecycle import SYSTEM_CLOCK, Clock
 from .service import Service
 
 if TYPE_CHECKING:
@@ -72,10 +72,10 @@ class Pruner(Service):
     name = "pruner"
 
     def __init__(self, app: "App", interval: float = 60.0, *, catch_up: float = CATCH_UP,
-                 pass_limit: int | None = None):
+                 pass_limit: int | None = None, clock: Clock = SYSTEM_CLOCK):
         if pass_limit is not None and (isinstance(pass_limit, bool) or not isinstance(pass_limit, int) or pass_limit < 1):
             raise ConfigurationError(f"pass_limit must be a positive number of rows, got {pass_limit!r}")
-        super().__init__(interval)
+        super().__init__(interval, clock=clock)  # the pace is measured on this clock (tests: a ManualClock)
         self.app = app
         self.catch_up = min(catch_up, interval)
         self.pass_limit = pass_limit
@@ -97,7 +97,7 @@ class Pruner(Service):
 
     def step(self) -> None:
         self._delay = self.interval  # a pass that fails waits the normal interval
-        start = time.monotonic()
+        start = self.clock.monotonic()
         limit = self.limit()
         ticks = start - self._last_ticks >= self.interval  # old ticks and dead batches: once an interval
         by_state = self.app._prune(self.app.retention, min(BATCH, limit), limit, ticks)

@@ -27,16 +27,16 @@ In the normal case (no crash, no stall past the lease) no message is delivered t
 number of relays running: each claim skips the rows other relays hold.
 
 Wake-ups: every ``put`` sends one NOTIFY (channel ``skiplock``, payload ``outbox:<schema>``) when
-its transaction commits. A running relay LISTENs on a dedicated connection (the worker's
-:class:`~skiplock.worker.listener.Listener`) and claims at once when one arrives, instead of at its
-next poll. The notification is a hint, never the source of truth: the relay still polls every
-``poll_interval``, claims once after every (re)connect of the listener (anything put while it was not
-listening is found then), and a dead listener connection is detected by TCP keepalives and
-reconnected with backoff.
+its transaction commits. A running relay listens (the worker's
+:class:`~skiplock.worker.listener.Listener`, one more session) and claims at once when one arrives.
+The notification is a hint: the relay still polls every ``poll_interval`` and claims once after every
+(re)connect of the listener.
 
-Losing the database (an outage, a restart): the relay's loop and its listener wait like every other
-reconnecting loop (``skiplock.reconnect``): full-jitter backoff up to ``max_reconnect_delay``, cut
-short when the process's readiness probe sees the server back, one WARNING per outage.
+The relay is a :class:`skiplock.lifecycle.Loop` (one batch per pass): losing the database (an outage,
+a restart) is waited out like every other loop -- full-jitter backoff up to ``max_reconnect_delay``,
+cut short when the process's readiness probe sees the server back, one WARNING per outage -- and the
+first SIGINT/SIGTERM finishes the batch in hand, a second one aborts (:mod:`skiplock.lifecycle`).
+Driver-free: the store (``backend/outbox_base.py``) raises only skiplock errors.
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ import concurrent.futures as cf
 import itertools
 import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -53,14 +52,13 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
-import psycopg
-
-from ..backend.outbox_base import Finish, Message, OutboxStore
-from ..backend.postgres.backend import CONNECTION_LOST
-from ..errors import ConfigurationError, DatabaseUnavailable
-from ..reconnect import Reconnects, quiet_driver_noise, reason
+from ..backend.outbox_base import Finish, Message, OutboxLease, OutboxStore
+from ..errors import ConfigurationError, DatabaseError, DatabaseUnavailable
+from ..lifecycle import Loop, Signals, escalate
+from ..reconnect import Reconnects, quiet_driver_noise
 from ..retry import RetryPolicy, as_policy
 from ..worker.listener import Listener
+from .delivery import deliver_external, deliver_in_transaction
 from .policy import DEFAULT_RETRY, decide
 from .sinks import check_sink, is_transactional
 
@@ -95,7 +93,7 @@ def _check_int(name: str, value: Any, low: int, high: int) -> int:
     return value
 
 
-class Relay:
+class Relay(Loop):
     """Delivers outbox messages through ``sink``. Create it with :meth:`App.relay` (or directly).
 
     ``run()`` blocks until :meth:`stop` (or SIGINT/SIGTERM in the main thread, or, with
@@ -109,7 +107,12 @@ class Relay:
     (wait when nothing is available, unless a put's NOTIFY wakes it first), ``listen`` (wake on
     those notifications; one more connection per running relay), ``retry`` (backoff policy, a
     skiplock.retry policy or a number of seconds; default exponential 1 s .. 10 min with jitter).
+    Events (:mod:`skiplock.lifecycle`): ``started``, ``stopped``, ``idle`` (set while the last claim
+    found nothing), ``wait_for_passes``, ``last_error``.
     """
+
+    logger = log
+    retry_on = (DatabaseError, DatabaseUnavailable)  # a database failure is waited out; a bug ends run()
 
     def __init__(self, app: "App", sink: Any, *, topics: Sequence[str] | None = None, batch_size: int = 100,
                  concurrency: int = 16, lease: str | None = None, lease_seconds: float = 30.0,
@@ -134,6 +137,7 @@ class Relay:
         self.concurrency = _check_int("concurrency", concurrency, 1, 1024)
         self.lease_seconds = _check_number("lease_seconds", lease_seconds, 0, 86400)
         self.poll_interval = _check_number("poll_interval", poll_interval, 0, 3600)
+        super().__init__(self.poll_interval, max_backoff=max_reconnect_delay)
         self.retry: RetryPolicy = DEFAULT_RETRY if retry is None else as_policy(retry)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:relay{next(_names)}"
         self.handle_signals = handle_signals
@@ -141,18 +145,20 @@ class Relay:
         self.listen = listen
         self.listener: Listener | None = None  # the last run()'s, with listen (tests read its counters)
         self.stats = RelayStats()
-        self.started = threading.Event()
         self.idle = threading.Event()  # set while the last claim found nothing (tests wait on it)
-        self._stopping = threading.Event()
-        self._wakeup = threading.Event()  # ends an idle wait early: a NOTIFY, a listener reconnect, stop()
         self._signals = 0
-        self._thread: threading.Thread | None = None
+        self._stop_when_empty = False
+        self._claimed = 0
         self._pool: cf.ThreadPoolExecutor | None = None
-        self._tx_conn: psycopg.Connection[Any] | None = None
+        self._lease: OutboxLease | None = None
         self._store: OutboxStore | None = None
 
     def __repr__(self) -> str:
         return f"Relay({self.name!r}, sink={self.sink!r}, lease={self.lease!r})"
+
+    @property
+    def who(self) -> str:
+        return f"relay {self.name}"
 
     @property
     def store(self) -> OutboxStore:
@@ -160,98 +166,81 @@ class Relay:
             self._store = self.app.outbox.store
         return self._store
 
-    # ---- lifecycle -------------------------------------------------------------------------------
+    # ---- lifecycle (skiplock.lifecycle.Loop: one batch per pass) ---------------------------------
 
-    def start(self, stop_when_empty: bool = False) -> "Relay":
+    def start(self, stop_when_empty: bool = False) -> "Relay":  # type: ignore[override]
         """Run in a background thread; returns once it has started."""
         if self._thread is not None and self._thread.is_alive():
             raise ConfigurationError("this relay is already running")
         self.handle_signals = False
-        self._thread = threading.Thread(target=self.run, kwargs={"stop_when_empty": stop_when_empty},
-                                        name=f"skiplock-{self.name}", daemon=True)
-        self._thread.start()
+        super().start(stop_when_empty=stop_when_empty)
         self.started.wait(30)
         return self
 
-    def stop(self, timeout: float | None = 30.0) -> None:
+    def stop(self, timeout: float | None = 30.0) -> None:  # type: ignore[override]
         """Claim no more; the batch in hand is finished. Waits for a started thread to end."""
-        self._stopping.set()
-        self._wakeup.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        super().stop(timeout)  # type: ignore[arg-type]
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        self._signals += 1
-        if self._signals == 1:
-            log.warning("relay %s received %s: finishing the batch in hand, claiming no more (signal again to abort)",
-                        self.name, signal.Signals(signum).name)
+        def graceful(name: str) -> None:
+            log.warning("relay %s received %s: finishing the batch in hand, claiming no more (signal again to "
+                        "abort)", self.name, name)
             self.stop()
-        else:
+
+        def abort(name: str) -> None:
             raise KeyboardInterrupt
 
-    def run(self, stop_when_empty: bool = False) -> RelayStats:
+        self._signals = escalate(self._signals, signum, graceful, abort)
+
+    def run(self, stop_when_empty: bool = False) -> RelayStats:  # type: ignore[override]
         """Relay until stopped (or, with ``stop_when_empty``, until nothing is available)."""
         _ = self.store  # clear error now if the database or schema is not usable
-        self._stopping.clear()  # a stopped relay can be run again
-        previous: dict[signal.Signals, Any] = {}
-        if self.handle_signals and threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, self._on_signal)
-        self._pool = cf.ThreadPoolExecutor(self.concurrency, thread_name_prefix="skiplock-deliver")
-        quiet_driver_noise()
-        recovery = Reconnects(self.app.backend.dsn, log, cap=self.max_reconnect_delay)
-        listener_stop = threading.Event()
-        if self.listen and not stop_when_empty:
-            store = self.store
-            self.listener = Listener(store.connect_listener, store.wake_payload, self._wake, listener_stop,
-                                     self.max_reconnect_delay, recovery=recovery).start()
-        self.started.set()
-        backoff = recovery.backoff()
-        who = f"relay {self.name}"
-        try:
-            while not self._stopping.is_set():
-                self._wakeup.clear()  # a notification from here on ends the idle wait below at once
-                try:
-                    n = self.run_once()
-                    recovery.connected(who, backoff)
-                except (psycopg.Error, DatabaseUnavailable) as exc:
-                    self.stats.reconnects += 1
-                    self._close_tx_conn()
-                    delay = backoff.next()
-                    if isinstance(exc, (*CONNECTION_LOST, DatabaseUnavailable)):
-                        recovery.lost(who, exc, delay, self._stopping)
-                    else:
-                        log.warning("%s: database error (%s); retrying in %.2fs", who, reason(exc), delay)
-                        self._stopping.wait(delay)
-                    continue
-                if n:
-                    self.idle.clear()
-                    continue
-                self.idle.set()
-                if stop_when_empty:
-                    break
-                self._wakeup.wait(self.poll_interval)
-        finally:
-            listener_stop.set()
-            if self.listener is not None:
-                self.listener.stop()
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-            self._close_tx_conn()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        self._stop.clear()  # a stopped relay can be run again
+        self._stop_when_empty = stop_when_empty
+        self.recovery = Reconnects(self.app.backend.dsn, log, cap=self.max_reconnect_delay)
+        with Signals.install(self._on_signal, self.handle_signals):
+            super().run()
         return self.stats
 
-    def _wake(self, everyone: bool) -> None:
-        """The listener's callback: a put committed (or the listener reconnected); claim now."""
-        self._wakeup.set()
+    def on_start(self) -> None:
+        self._pool = cf.ThreadPoolExecutor(self.concurrency, thread_name_prefix="skiplock-deliver")
+        quiet_driver_noise()
+        self.listener = None
+        if self.listen and not self._stop_when_empty:
+            store = self.store
+            self.listener = Listener(store.connect_listener, store.wake_payload, lambda everyone: self.poke(),
+                                     threading.Event(), self.max_reconnect_delay, recovery=self.recovery).start()
 
-    def _close_tx_conn(self) -> None:
-        if self._tx_conn is not None:
+    def step(self) -> None:
+        self._claimed = self.run_once()
+        if self._claimed:
+            self.idle.clear()
+            return
+        self.idle.set()
+        if self._stop_when_empty:
+            self._stop.set()
+
+    def next_delay(self) -> float:
+        return 0.0 if self._claimed else self.poll_interval
+
+    def on_failure(self, exc: BaseException) -> None:
+        self.stats.reconnects += 1
+        self._close_lease()
+
+    def on_stop(self) -> None:
+        if self.listener is not None:
+            self.listener.stop()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self._close_lease()
+
+    def _close_lease(self) -> None:
+        if self._lease is not None:
             try:
-                self._tx_conn.close()
+                self._lease.close()
             finally:
-                self._tx_conn = None
+                self._lease = None
 
     # ---- one batch -------------------------------------------------------------------------------
 
@@ -266,7 +255,7 @@ class Relay:
             if own_pool and self._pool is not None:
                 self._pool.shutdown(wait=True)
                 self._pool = None
-                self._close_tx_conn()
+                self._close_lease()
 
     def _claimed_batch(self) -> int:
         owner = f"{self.name}/{uuid.uuid4().hex[:12]}"
@@ -288,7 +277,7 @@ class Relay:
         for wait in (0.25, 1.0, 2.0, None):
             try:
                 return set(self.store.finish_lease(owner, outcomes))
-            except (psycopg.OperationalError, DatabaseUnavailable) as exc:
+            except (DatabaseError, DatabaseUnavailable) as exc:
                 if wait is None:
                     raise
                 log.warning("relay %s: could not write a batch's outcomes (%s); retrying", self.name, exc)
@@ -296,23 +285,23 @@ class Relay:
         raise AssertionError("unreachable")
 
     def _transaction_batch(self) -> int:
-        if self._tx_conn is None or self._tx_conn.closed:
-            self._tx_conn = self.store.connect(f"skiplock-relay {self.name}")
-        conn = self._tx_conn
+        if self._lease is None or self._lease.closed:
+            self._lease = self.store.open_lease(f"skiplock-relay {self.name}")
+        lease = self._lease
         try:
-            messages = self.store.claim_locked(conn, self.topics, self.batch_size)
+            messages = lease.claim(self.topics, self.batch_size)
             if not messages:
-                conn.rollback()
+                lease.rollback()
                 return 0
             if self.transactional:
-                results = self._deliver_in_transaction(conn, messages)
+                results = deliver_in_transaction(self.sink, lease, messages)
             else:
                 results = self._deliver_external(messages, None)
             outcomes = [decide(m, r, self.retry) for m, r in zip(messages, results)]
-            written = set(self.store.finish_locked(conn, outcomes))
-            conn.commit()
+            written = set(lease.finish(outcomes))
+            lease.commit()
         except BaseException:
-            self._close_tx_conn()  # the server rolls the batch back: every message is available again
+            self._close_lease()  # the server rolls the batch back: every message is available again
             raise
         self._count(messages, outcomes, written)
         return len(messages)
@@ -334,74 +323,16 @@ class Relay:
                 self.stats.failed += 1
                 log.error("message %s (%s) failed: %s", m.id, m.topic, (o.error or "").splitlines()[0])
 
-    # ---- delivering ------------------------------------------------------------------------------
+    # ---- delivering (outbox/delivery.py) --------------------------------------------------------
 
     def _deliver_external(self, messages: list[Message], owner: str | None) -> list[BaseException | None]:
-        """Deliver concurrently, outside any transaction. Under a claimed lease, extend it while
-        deliveries are still running, so a slow batch is not rescued from under us."""
         assert self._pool is not None
-        batch_fn = getattr(self.sink, "deliver_batch", None)
-        if batch_fn is not None:
-            whole = self._pool.submit(self._call_batch, batch_fn, messages)
-            self._wait_extending({whole}, owner, messages)
-            return whole.result()
-        each = [self._pool.submit(self._call, m) for m in messages]
-        self._wait_extending(set(each), owner, messages)
-        return [f.result() for f in each]
-
-    def _wait_extending(self, futures: set[cf.Future[Any]], owner: str | None, messages: list[Message]) -> None:
         ids = [m.id for m in messages]
-        pending = futures
-        while pending:
-            _, pending = cf.wait(pending, timeout=self.lease_seconds / 3 if owner else None)
-            if pending and owner:
-                try:
-                    self.store.extend_lease(owner, ids, self.lease_seconds)
-                except (psycopg.Error, DatabaseUnavailable) as exc:
-                    log.warning("relay %s: could not extend a lease (%s)", self.name, exc)
+        extend = None if owner is None else (lambda: self._extend(owner, ids))
+        return deliver_external(self.sink, self._pool, messages, extend, self.lease_seconds / 3)
 
-    def _call(self, message: Message) -> BaseException | None:
+    def _extend(self, owner: str, ids: list[int]) -> None:
         try:
-            self.sink.deliver(message)
-            return None
-        except Exception as exc:  # noqa: BLE001 - every failure is an outcome to record
-            return exc
-
-    def _call_batch(self, batch_fn: Any, messages: list[Message]) -> list[BaseException | None]:
-        try:
-            results = list(batch_fn(messages))
-        except Exception as exc:  # noqa: BLE001 - the whole batch failed alike
-            return [exc] * len(messages)
-        if len(results) != len(messages):
-            error = RuntimeError(f"{self.sink!r}.deliver_batch returned {len(results)} results for {len(messages)} messages")
-            return [error] * len(messages)
-        return results
-
-    def _deliver_in_transaction(self, conn: psycopg.Connection[Any], messages: list[Message]) -> list[BaseException | None]:
-        """A transactional sink writes on our connection. The batch first, all or nothing; if that
-        fails, message by message under a savepoint each, so one bad message fails alone."""
-        store = self.store
-        batch_fn = getattr(self.sink, "deliver_batch", None)
-        if batch_fn is not None and len(messages) > 1:
-            store.savepoint(conn)
-            try:
-                batch_fn(messages, conn)
-                store.release_savepoint(conn)
-                return [None] * len(messages)
-            except psycopg.OperationalError:
-                raise
-            except Exception:  # noqa: BLE001 - isolate the failing message(s) below
-                store.rollback_to_savepoint(conn)
-        results: list[BaseException | None] = []
-        for m in messages:
-            store.savepoint(conn)
-            try:
-                self.sink.deliver(m, conn)
-                store.release_savepoint(conn)
-                results.append(None)
-            except psycopg.OperationalError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - recorded as this message's outcome
-                store.rollback_to_savepoint(conn)
-                results.append(exc)
-        return results
+            self.store.extend_lease(owner, ids, self.lease_seconds)
+        except (DatabaseError, DatabaseUnavailable) as exc:
+            log.warning("relay %s: could not extend a lease (%s)", self.name, exc)

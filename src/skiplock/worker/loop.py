@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -27,6 +26,7 @@ from ..values import MAX_QUEUE_CHARS, check_text
 from ..backend.postgres.backend import connection_lost
 from ..errors import ConfigurationError, DatabaseUnavailable
 from ..job import Cancelled, Done, Failed, LeaseLost, RetryLater, Snoozed
+from ..lifecycle import Signals, escalate
 from ..maintenance.periodic import Scheduler
 from ..maintenance.pruner import Pruner
 from ..maintenance.rescuer import Rescuer
@@ -170,13 +170,11 @@ class Worker:
                 log.warning("could not terminate in-flight sessions (%s); they end when this process exits", exc)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        self._signals += 1
-        if self._signals == 1:
-            log.warning("received %s: finishing in-flight jobs, claiming no more (signal again to abort them)",
-                        signal.Signals(signum).name)
+        def graceful(name: str) -> None:
+            log.warning("received %s: finishing in-flight jobs, claiming no more (signal again to abort them)", name)
             self.stop()
-        else:
-            self.stop(abort=True)
+
+        self._signals = escalate(self._signals, signum, graceful, lambda name: self.stop(abort=True))
 
     # ---- running -------------------------------------------------------------------------------
 
@@ -193,10 +191,7 @@ class Worker:
         claimed_leases = [t.lease_seconds for t in self.app.tasks.values() if t.lease == "claimed"]
         heartbeat = Heartbeat(self.app.backend, min(claimed_leases) / 3) if claimed_leases else None
         executor = Executor(self.app, self.name, heartbeat, self.batching, slots=self.concurrency)
-        previous: dict[int, Any] = {}
-        if self.handle_signals and threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, self._on_signal)
+        signals = Signals.install(self._on_signal, self.handle_signals)  # the main thread's only
         if heartbeat is not None:
             self.services.append(heartbeat)
         if self.maintenance:
@@ -239,8 +234,7 @@ class Worker:
             executor.close()
             log.debug("lease limit %d of %d slots at exit (moved %d times)", self.governor.limit,
                       self.concurrency, self.governor.changes)
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            signals.restore()
         return self.stats
 
     def _check_connection_budget(self) -> None:

@@ -36,6 +36,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from ...errors import DatabaseUnavailable, DuplicateJob, SchemaError, redact, redact_dsn
 from ...reconnect import quiet_driver_noise
 from ..base import ClaimedJob, NewJob
+from .notifications import PostgresNotifications
 from .queries import load_migrations, load_queries
 from .steps import Steps, T, Undoable, run, run_async
 
@@ -836,12 +837,18 @@ class PostgresBackend:
     def remove_waiter(self, job_id: int) -> None:
         self._one("remove_waiter", {"id": job_id})
 
-    def connect_listener(self) -> psycopg.Connection[Any]:
-        """An autocommit connection LISTENing on the fixed channel ``skiplock`` (never a user-named one)."""
+    def connect_listener(self) -> PostgresNotifications:
+        """An autocommit connection LISTENing on the fixed channel ``skiplock`` (never a user-named one),
+        as the port's Notifications (see notifications.py): only skiplock errors."""
         conn = connect(self.dsn, self.connect_timeout, autocommit=True, application_name="skiplock-listener",
                        options=session_options(self.dsn), **CLIENT_TCP)
-        conn.execute(self.q["listen"])
-        return conn
+        try:
+            conn.execute(self.q["listen"])
+        except psycopg.Error as exc:
+            conn.close()
+            raise DatabaseUnavailable(f"cannot LISTEN on PostgreSQL ({redact_dsn(self.dsn)}): "
+                                      f"{redact(one_line(exc), self.dsn)}") from None
+        return PostgresNotifications(conn, self.dsn)
 
     def prune(self, state: str, age_seconds: float, batch: int) -> int | None:
         """Delete one batch; None if another process holds the maintenance lock."""

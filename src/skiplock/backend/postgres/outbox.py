@@ -15,6 +15,9 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 
 from ..outbox_base import Finish, Message, MessageRecord, NewMessage
+from .errors import translated
+from .notifications import PostgresNotifications
+from .outbox_lease import PostgresOutboxLease
 from .queries import load_queries
 
 if TYPE_CHECKING:  # the backend makes its store (PostgresBackend.outbox_store): no import cycle
@@ -100,9 +103,9 @@ class PostgresOutboxStore:
 
     # ---- wake-ups ------------------------------------------------------------------------------
 
-    def connect_listener(self) -> psycopg.Connection[Any]:
-        """An autocommit connection LISTENing on the fixed channel ``skiplock``, with the client TCP
-        keepalives of the worker's listener (a dead connection raises within about half a minute)."""
+    def connect_listener(self) -> PostgresNotifications:
+        """A session LISTENing on the fixed channel ``skiplock``, with the client TCP keepalives of the
+        worker's listener (a dead connection raises ConnectionLost within about half a minute)."""
         return self.backend.connect_listener()
 
     # ---- claimed lease -------------------------------------------------------------------------
@@ -111,21 +114,25 @@ class PostgresOutboxStore:
                     lease_seconds: float) -> tuple[list[Message], int]:
         """Rescue expired leases, then claim up to ``limit`` messages for ``owner``; one short
         transaction. Returns (claimed messages in id order, number of leases rescued)."""
-        with self.backend._conn() as c, c.transaction():
+        with translated(self.backend.dsn), self.backend._conn() as c, c.transaction():
             rescued = len(c.execute(self.q["rescue_expired"]).fetchall())
             messages = self._claim(c, topics, limit, owner, lease_seconds)
         return messages, rescued
 
     def extend_lease(self, owner: str, ids: Sequence[int], lease_seconds: float) -> int:
-        with self.backend._conn() as c:
+        with translated(self.backend.dsn), self.backend._conn() as c:
             return c.execute(self.q["extend_lease"], {"owner": owner, "ids": list(ids),
                                                       "lease": lease_seconds}).rowcount
 
     def finish_lease(self, owner: str, outcomes: Sequence[Finish]) -> list[int]:
-        with self.backend._conn() as c:
+        with translated(self.backend.dsn), self.backend._conn() as c:
             return self._finish(c, outcomes, expect="delivering", owner=owner, bump=0)
 
     # ---- transaction lease ---------------------------------------------------------------------
+
+    def open_lease(self, application_name: str) -> PostgresOutboxLease:
+        """A dedicated session for a transaction-lease relay (see outbox_lease.py)."""
+        return PostgresOutboxLease(self, application_name)
 
     def connect(self, application_name: str) -> psycopg.Connection[Any]:
         return self.backend.connect_lease(application_name)
