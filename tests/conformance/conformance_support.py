@@ -162,11 +162,14 @@ class PostgresSubject(Subject):
         conn.rollback()
 
     def session(self, conn: Any) -> int:
+        if hasattr(conn, "session_id"):  # a backend session (Lease): its own id
+            return int(conn.session_id)
         return int(conn.info.backend_pid)
 
     def never_wait(self, conn: Any) -> None:
-        conn.execute("SET lock_timeout = '2s'")
-        conn.commit()
+        raw = getattr(conn, "conn", conn)  # a Lease's driver connection (job.conn)
+        raw.execute("SET lock_timeout = '2s'")
+        raw.commit()
 
     def kill(self, conn: Any) -> None:
         import psycopg

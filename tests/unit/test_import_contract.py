@@ -65,13 +65,7 @@ ALLOWED_DRIVER_IMPORTS: dict[str, set[str]] = {
     "skiplock.reconnect": {"psycopg"},
     "skiplock.scenario": {"psycopg"},
     "skiplock.testing": {"psycopg", "skiplock.backend.postgres.backend", "skiplock.backend.postgres.queries"},
-    # the completer is the executor's writing half, split off in session 4: the same imports, moved
-    "skiplock.worker.completer": {"psycopg", "skiplock.backend.postgres", "skiplock.backend.postgres.backend"},
-    "skiplock.worker.executor": {"psycopg", "skiplock.backend.postgres.backend"},
-    "skiplock.worker.heartbeat": {"skiplock.backend.postgres"},  # (types)
     "skiplock.worker.listener": {"psycopg"},
-    "skiplock.worker.loop": {"psycopg", "skiplock.backend.postgres.backend"},
-    "skiplock.worker.presence": {"psycopg", "skiplock.backend.postgres.backend"},  # backend: (types)
 }
 
 # Rule 2: what the backend never imports.
