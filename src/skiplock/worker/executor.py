@@ -40,18 +40,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..backend.base import ClaimedJob
-from ..job import Cancelled, Done, Failed, Job, JobState, LeaseLost, Outcome
-from .batching import BatchPolicy
+from ..job import Cancelled, Done, Failed, Outcome
+from .batching import BatchPolicy, BatchRun  # noqa: F401 - BatchRun: public here too
+from .claimed import run_claimed
 from .bookkeeping import Bookkeeping
 from .completer import Completer
 from .failures import (MAX_ERROR_CHARS, ResultNotStorable, decide_failure, format_error)  # noqa: F401 - public here too
 from .gate import RunGate
-from .handler import Handlers, JobTimeout, LeaseTimeout  # noqa: F401 - public here too
+from .handler import Handlers, JobTimeout, LeaseTimeout, make_job  # noqa: F401 - public here too
 
 if TYPE_CHECKING:
     from ..app import App, Task
@@ -60,25 +59,6 @@ if TYPE_CHECKING:
     from .watchdog import Watchdog
 
 log = logging.getLogger("skiplock.worker")
-
-
-@dataclass
-class BatchRun:
-    """What one claim's transaction did: the durable outcomes, and whether it stopped starting jobs
-    because its time budget ran out (or the worker is stopping) before all of them had run."""
-
-    outcomes: list[Outcome]
-    out_of_time: bool = False
-    seconds_per_job: float | None = None  # a batch's mean time per job, its claim and COMMIT left out
-    alone: bool = False  # the claim's first job had to run alone (see Executor.alone)
-    handler_seconds: float = 0.0  # time spent in handlers (the rest of the lease is skiplock's overhead)
-
-
-def _job(claimed: ClaimedJob, attempt: int, slot: str, lease: "Lease", before_conn: object = None) -> Job:
-    return Job(id=claimed.id, queue=claimed.queue, task=claimed.task, args=claimed.args,
-               priority=claimed.priority, state=JobState.RUNNING, attempts=attempt,
-               max_attempts=claimed.max_attempts, run_at=claimed.run_at, created_at=claimed.created_at,
-               started_at=claimed.claimed_at, worker=slot, _conn=lease.conn, _before_conn=before_conn)  # type: ignore[arg-type]
 
 
 class Executor:
@@ -185,7 +165,7 @@ class Executor:
                     or attempt > claimed.max_attempts):
                 outcome = self.run(lease, claimed, slot, batch=batch_id if claimed.id in suspects else None)
             else:
-                job = _job(claimed, attempt, slot, lease, take_savepoint)
+                job = make_job(claimed, attempt, slot, lease, take_savepoint)
                 outcome = self.handlers.handle(task, job, claimed, attempt, lease)
                 touched = job._before_conn is None
                 if isinstance(outcome, Done) and not touched:
@@ -255,7 +235,7 @@ class Executor:
                 self.backend.set_local_timeouts(lease, task.timeout)
             elif self.watchdog is not None:
                 self.watchdog.watch(lease, task.timeout)
-        job = _job(claimed, attempt, slot, lease, lease.savepoint)
+        job = make_job(claimed, attempt, slot, lease, lease.savepoint)
         outcome = self.handlers.handle(task, job, claimed, attempt, lease)
         touched = job._before_conn is None
         if touched:
@@ -268,34 +248,5 @@ class Executor:
         return outcome
 
     def run_claimed(self, lease: "Lease", claimed: ClaimedJob, task: "Task", slot: str) -> Outcome:
-        """Claimed lease: mark the job running with our owner token and a lease, COMMIT (the attempt
-        is now durable and the row lock released), run the handler while the heartbeat renews the
-        lease, then finish with a write fenced on state and owner. The handler's writes through
-        ``job.conn`` commit with that fenced write, so they vanish too if the lease was lost. A job
-        claimed with no attempt left (nothing re-queues one, but a row may say so) is failed, not run."""
-        completer = self.completer
-        started_at = claimed.claimed_at
-        if claimed.attempts >= claimed.max_attempts:
-            error = (f"gave up: {claimed.attempts} attempt(s) used of max_attempts {claimed.max_attempts}; "
-                     "the job is not run again")
-            outcome = completer.write(lease, claimed, claimed.attempts, Failed(error), started_at, slot, False)
-            if lease.alive():
-                lease.commit()
-            return outcome
-        owner = uuid.uuid4()
-        started = self.backend.start_claimed(lease, claimed, owner, task.lease_seconds, slot)
-        lease.commit()
-        if started is None:  # not queued any more (cannot happen while we held its lock)
-            return LeaseLost(Failed("not queued when claimed"))
-        attempt, cancel_reason = started
-        if cancel_reason is not None:
-            return completer.finish_claimed(lease, claimed, attempt - 1, Cancelled(cancel_reason), started_at, slot,
-                                            owner, task)
-        if self.heartbeat is not None:
-            self.heartbeat.hold(claimed.id, owner, task.lease_seconds)
-        try:
-            outcome = self.handlers.handle(task, _job(claimed, attempt, slot, lease), claimed, attempt, lease)
-        finally:
-            if self.heartbeat is not None:
-                self.heartbeat.release(claimed.id)
-        return completer.finish_claimed(lease, claimed, attempt, outcome, started_at, slot, owner, task)
+        """Claimed lease (see claimed.py)."""
+        return run_claimed(self, lease, claimed, task, slot)

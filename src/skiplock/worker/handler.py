@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DatabaseError, DatabaseUnavailable
-from ..job import Cancel, Cancelled, Done, Job, Outcome, Snooze, Snoozed
+from ..job import Cancel, Cancelled, Done, Job, JobState, Outcome, Snooze, Snoozed
 from ..values import to_json
 from .failures import ResultNotStorable, decide_failure, describe, format_error
 
@@ -42,6 +42,15 @@ class JobTimeout(Exception):
 class LeaseTimeout(Exception):
     """The job's lease ran past its limit and the worker's watchdog ended it (a backend that does not
     bound leases itself)."""
+
+
+def make_job(claimed: "ClaimedJob", attempt: int, slot: str, lease: "Lease", before_conn: object = None) -> Job:
+    """The ``Job`` a handler gets: ``job.conn`` is the lease's connection; ``before_conn`` runs when the
+    handler first reads it (the job's savepoint)."""
+    return Job(id=claimed.id, queue=claimed.queue, task=claimed.task, args=claimed.args,
+               priority=claimed.priority, state=JobState.RUNNING, attempts=attempt,
+               max_attempts=claimed.max_attempts, run_at=claimed.run_at, created_at=claimed.created_at,
+               started_at=claimed.claimed_at, worker=slot, _conn=lease.conn, _before_conn=before_conn)  # type: ignore[arg-type]
 
 
 class Handlers:

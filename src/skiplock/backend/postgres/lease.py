@@ -69,13 +69,14 @@ class PostgresSession:
 class PostgresLease(PostgresSession):
     """A worker slot's lease connection (``Lease``): its transactions are job leases."""
 
-    __slots__ = ("bounded_by_server", "_backend", "q")
+    __slots__ = ("bounded_by_server", "_backend", "q", "_ended")
 
     def __init__(self, conn: psycopg.Connection[Any], backend: "PostgresBackend", bounded_by_server: bool):
         super().__init__(conn, backend.dsn)
         self._backend = backend
         self.q = backend.q
         self.bounded_by_server = bounded_by_server
+        self._ended = False  # end() was called: not alive, and not lost (ended on purpose)
 
     def begin(self) -> None:
         """Nothing to send: psycopg opens the transaction with its first statement (no round trip)."""
@@ -111,22 +112,27 @@ class PostgresLease(PostgresSession):
 
     def in_transaction(self) -> bool:
         conn = self.conn
-        return not conn.closed and conn.info.transaction_status == _INTRANS
+        return not (self._ended or conn.closed) and conn.info.transaction_status == _INTRANS
 
     def in_error(self) -> bool:
         conn = self.conn
-        return not conn.closed and conn.info.transaction_status == _INERROR
+        return not (self._ended or conn.closed) and conn.info.transaction_status == _INERROR
 
     def idle(self) -> bool:
+        return self.alive() and self.conn.info.transaction_status == _IDLE
+
+    def alive(self) -> bool:
         conn = self.conn
-        return not (conn.closed or conn.broken) and conn.info.transaction_status == _IDLE
+        return not (self._ended or conn.closed or conn.broken)
 
     def lost(self) -> bool:
-        return bool(self.conn.broken)
+        return not self._ended and bool(self.conn.broken)
 
     def end(self) -> None:
         """Terminate the session from another (pooled) connection -- the server rolls its transaction
-        back -- then close this connection. A lease already gone is only closed."""
+        back -- then close this connection. A lease already gone is only closed. From the call on, the
+        lease is neither alive nor lost (it was ended on purpose), whichever thread looks."""
+        self._ended = True
         try:
             if not self.conn.closed:
                 self._backend.terminate([self.session_id])
