@@ -168,8 +168,10 @@ class ReadBackend(Protocol):
 
 
 class Backend(ReadBackend, Protocol):
-    """Every job operation the rest of skiplock performs. ``conn`` arguments are the backend's own
-    connection objects (a slot's lease connection, or the caller's for transactional enqueue)."""
+    """Every job operation the rest of skiplock performs. ``conn`` arguments of the lease's verbs are
+    the backend's own sessions: a slot's :class:`Lease` (``connect_lease``) or attempt-counting
+    :class:`Session` (``connect_bookkeeping``); given one, a verb raises only skiplock errors. Producing
+    verbs take the caller's own connection for transactional enqueue."""
 
     schema: str
     wake_payload: str
