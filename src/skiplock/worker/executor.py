@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING
 from ..backend.base import ClaimedJob
 from ..job import Cancelled, Done, Failed, Outcome
 from .batching import BatchPolicy, BatchRun  # noqa: F401 - BatchRun: public here too
-from .claimed import run_claimed
 from .bookkeeping import Bookkeeping
+from .claimed import run_claimed
 from .completer import Completer
 from .failures import (MAX_ERROR_CHARS, ResultNotStorable, decide_failure, format_error)  # noqa: F401 - public here too
 from .gate import RunGate
@@ -54,7 +54,7 @@ from .handler import Handlers, JobTimeout, LeaseTimeout, make_job  # noqa: F401 
 
 if TYPE_CHECKING:
     from ..app import App, Task
-    from ..backend.base import Lease
+    from ..backend.base import Backend, Lease
     from .heartbeat import Heartbeat
     from .watchdog import Watchdog
 
@@ -73,7 +73,7 @@ class Executor:
         self.batching = batching if batching is not None else BatchPolicy()
         self.heartbeat = heartbeat
         self.watchdog = watchdog
-        self.backend = app.backend
+        self.backend: "Backend" = app.backend
         self.completer = Completer(self.backend)
         self.bookkeeping = Bookkeeping(self.backend)
         self.handlers = Handlers(app, self.batching, watchdog)

@@ -19,7 +19,7 @@ import inspect
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import DatabaseError, DatabaseUnavailable
 from ..job import Cancel, Cancelled, Done, Job, JobState, Outcome, Snooze, Snoozed
@@ -44,13 +44,14 @@ class LeaseTimeout(Exception):
     bound leases itself)."""
 
 
-def make_job(claimed: "ClaimedJob", attempt: int, slot: str, lease: "Lease", before_conn: object = None) -> Job:
+def make_job(claimed: "ClaimedJob", attempt: int, slot: str, lease: "Lease",
+             before_conn: "Callable[[], None] | None" = None) -> Job:
     """The ``Job`` a handler gets: ``job.conn`` is the lease's connection; ``before_conn`` runs when the
     handler first reads it (the job's savepoint)."""
     return Job(id=claimed.id, queue=claimed.queue, task=claimed.task, args=claimed.args,
                priority=claimed.priority, state=JobState.RUNNING, attempts=attempt,
                max_attempts=claimed.max_attempts, run_at=claimed.run_at, created_at=claimed.created_at,
-               started_at=claimed.claimed_at, worker=slot, _conn=lease.conn, _before_conn=before_conn)  # type: ignore[arg-type]
+               started_at=claimed.claimed_at, worker=slot, _conn=lease.conn, _before_conn=before_conn)
 
 
 class Handlers:

@@ -39,7 +39,7 @@ from .watchdog import Watchdog
 
 if TYPE_CHECKING:
     from ..app import App
-    from ..backend.base import Lease
+    from ..backend.base import Backend, Lease
 
 log = logging.getLogger("skiplock.worker")
 
@@ -304,7 +304,7 @@ class Worker:
 
     def _slot(self, index: int, executor: Executor) -> None:
         slot_name = f"{self.name}/{index}"
-        backend = self.app.backend
+        backend: "Backend" = self.app.backend
         lease: "Lease | None" = None
         size = self.batching.claim_size()
         if not backend.capabilities.batched_claims:  # every claim takes one job
