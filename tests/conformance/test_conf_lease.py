@@ -98,3 +98,52 @@ def test_the_backend_declares_its_capabilities_and_its_leases_say_whether_the_se
                                                                    "server_bounds_lease"}
     assert all(isinstance(getattr(capabilities, f.name), bool) for f in dataclasses.fields(capabilities))
     assert subject.lease().bounded_by_server is capabilities.server_bounds_lease
+
+
+# ---- the one finishing verb: finish(lease, Finish) -------------------------------------------------
+
+
+def _write(job, state: str, **kw):
+    from conformance_support import WORKER
+    from skiplock.backend.base import Write
+
+    return Write(job, 1, state, job.claimed_at, WORKER, **kw)
+
+
+def test_finish_in_the_lease_commits_with_it_and_a_late_fresh_failure_record_is_a_no_op(subject, backend, enqueue):
+    """Guarantee: "A lost COMMIT reply is resolved by the guards on every finishing write" -- through
+    ``finish``: ``done`` in the lease (Via.LEASE) commits with the lease; the same attempt's failure
+    written afterwards from a fresh transaction (Via.FRESH) writes nothing."""
+    from skiplock.backend.base import Finish, Via
+
+    job_id = enqueue()
+    lease = subject.lease()
+    job = subject.claim_one(lease)
+    assert backend.finish(lease, Finish(Via.LEASE, (_write(job, "done", result='{"ok": 1}'),))) == {job_id: "done"}
+    lease.commit()
+    assert backend.finish(None, Finish(Via.FRESH, (_write(job, "queued", delay=0.0, error="E: late"),))) == {}
+    row = subject.job(job_id)
+    assert (row["state"], row["result"]) == ("done", {"ok": 1})
+
+
+def test_finish_undoes_the_handler_s_writes_then_records_and_a_batch_commit_writes_only_its_jobs(
+        subject, backend, enqueue):
+    """Guarantee: a failure is recorded after rolling back to the job's savepoint (``undo``), in the
+    lease; a batch's deferred ``done`` writes go with its COMMIT (Via.BATCH_COMMIT), for the jobs given
+    only: the others are released untouched."""
+    from conformance_support import WORKER
+    from skiplock.backend.base import Finish, Via
+
+    ids = [enqueue() for _ in range(3)]
+    lease, book = subject.lease(), subject.bookkeeping()
+    jobs = subject.claim(lease, limit=3)
+    batch, _, _ = backend.start_batch(book, jobs, WORKER, lease.session_id)
+    lease.savepoint()
+    assert subject.complete(lease, jobs[0], 1)  # the handler's "write", undone below
+    failed = _write(jobs[0], "failed", error="E: boom", undo=True)
+    assert backend.finish(lease, Finish(Via.LEASE, (failed,))) == {ids[0]: "failed"}
+    lease.release_savepoint()
+    written = backend.finish(lease, Finish(Via.BATCH_COMMIT, (_write(jobs[1], "done"),), batch))
+    assert written == {ids[1]: "done"} and lease.idle()  # committed
+    assert [subject.state(i) for i in ids] == ["failed", "done", "queued"]
+    assert subject.job(ids[2])["attempts"] == 0
