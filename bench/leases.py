@@ -550,7 +550,7 @@ class ClaimProbe:
 
         self.app = skiplock.App(dsn)
         self.backend = self.app.backend
-        self.conn = self.backend.connect_lease(PROBE_APP)
+        self.conn = self.backend.connect_lease_connection(PROBE_APP)
 
     def measure(self, k: int) -> dict[str, float]:
         claim_s: list[float] = []

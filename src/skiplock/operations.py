@@ -212,8 +212,7 @@ class Operations:
                 if remaining is not None and remaining <= 0:
                     raise WaitTimeout(f"job {job_id} did not finish within {timeout}s (it is {job.state})")
                 wait_for = 1.0 if remaining is None else min(1.0, remaining)
-                for _ in listener.notifies(timeout=wait_for, stop_after=1):
-                    pass
+                listener.wait(wait_for)
         finally:
             try:
                 backend.remove_waiter(job_id)

@@ -93,8 +93,13 @@ class Subject:
 
     def woken(self, listener: Any, payload: str, timeout: float = 10.0) -> bool:
         """True once a notification with ``payload`` arrives on ``listener``; False after ``timeout``
-        (a safety net, never a speed assertion)."""
-        raise NotImplementedError
+        (a safety net, never a speed assertion). Through the port's ``Notifications.wait``: the same
+        for every backend that has LISTEN/NOTIFY."""
+        seen = self._seen.setdefault(id(listener), set())  # notifications read while waiting for another
+        deadline = time.monotonic() + timeout
+        while payload not in seen and (left := deadline - time.monotonic()) > 0:
+            seen.update(listener.wait(min(left, 0.5)))  # the port's Notifications
+        return payload in seen
 
     def notice(self, job_id: int) -> str:
         """The payload announcing that a job finished."""
@@ -162,11 +167,14 @@ class PostgresSubject(Subject):
         conn.rollback()
 
     def session(self, conn: Any) -> int:
+        if hasattr(conn, "session_id"):  # a backend session (Lease): its own id
+            return int(conn.session_id)
         return int(conn.info.backend_pid)
 
     def never_wait(self, conn: Any) -> None:
-        conn.execute("SET lock_timeout = '2s'")
-        conn.commit()
+        raw = getattr(conn, "conn", conn)  # a Lease's driver connection (job.conn)
+        raw.execute("SET lock_timeout = '2s'")
+        raw.commit()
 
     def kill(self, conn: Any) -> None:
         import psycopg
@@ -184,12 +192,6 @@ class PostgresSubject(Subject):
             return bool(admin.execute("SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = %s "
                                       "AND wait_event_type = 'Lock')", [self.session(conn)]).fetchone()[0])
 
-    def woken(self, listener: Any, payload: str, timeout: float = 10.0) -> bool:
-        seen = self._seen.setdefault(id(listener), set())  # notifications read while waiting for another
-        deadline = time.monotonic() + timeout
-        while payload not in seen and (left := deadline - time.monotonic()) > 0:
-            seen.update(note.payload for note in listener.notifies(timeout=min(left, 0.5), stop_after=1))
-        return payload in seen
 
     def database_default_isolation(self, level: str) -> None:
         import psycopg

@@ -162,7 +162,7 @@ def test_failure_record_never_waits_on_another_workers_lock(app, dsn):
 def test_lease_connections_carry_session_bounds(app):
     app.lease_timeout = 42
     backend = type(app.backend)(app.dsn, lease_timeout=42)
-    conn = backend.connect_lease()
+    conn = backend.connect_lease().conn
     try:
         assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()[0] == "42s"
         assert conn.execute("SHOW client_connection_check_interval").fetchone()[0] == "5s"

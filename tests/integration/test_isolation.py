@@ -59,14 +59,14 @@ def test_every_skiplock_connection_runs_at_read_committed(strict_app, effects):
     assert seen["lease"] == "read committed"
     executor = Executor(strict_app, "test")
     try:
-        assert executor._bookkeeping(lambda c: c.execute("SHOW transaction_isolation").fetchone()[0]) \
+        assert executor.bookkeeping.run(lambda c: c.conn.execute("SHOW transaction_isolation").fetchone()[0]) \
             == "read committed"
     finally:
         executor.close()
     with backend._conn() as pooled:
         assert pooled.execute("SHOW transaction_isolation").fetchone()[0] == "read committed"
     with backend.connect_lease() as lease:
-        assert lease.execute("SHOW transaction_isolation").fetchone()[0] == "read committed"
+        assert lease.conn.execute("SHOW transaction_isolation").fetchone()[0] == "read committed"
 
 
 def test_concurrent_slots_claim_different_rows_and_drain_at_a_strict_default(strict_app, effects):

@@ -28,7 +28,7 @@ def test_notify_wakes_an_idle_worker_long_before_its_poll(app, effects):
     thread = running(worker)
     try:
         assert worker.listener.listening.wait(10)
-        wait_for(lambda: len(worker._conns) == 2)  # both slots connected, polled once, now idle for 60 s
+        wait_for(lambda: len(worker._leases) == 2)  # both slots connected, polled once, now idle for 60 s
         job_id = app.enqueue("effect")
         wait_for(lambda: app.get_job(job_id).state == "done", timeout=20)  # poll interval is 60 s
         assert worker.listener.notifications >= 1

@@ -52,12 +52,6 @@ ALLOWED_CYCLE_EDGES: set[tuple[str, str]] = set()  # none left: the checks app, 
 # TYPE_CHECKING.
 ALLOWED_DRIVER_IMPORTS: dict[str, set[str]] = {
     "skiplock.job": {"psycopg"},  # (types): job.conn's type, which issue 11 allows to stay the driver's
-    # the completer is the executor's writing half, split off in session 4: the same imports, moved
-    "skiplock.worker.completer": {"psycopg", "skiplock.backend.postgres", "skiplock.backend.postgres.backend"},
-    "skiplock.worker.executor": {"psycopg", "skiplock.backend.postgres.backend"},
-    "skiplock.worker.heartbeat": {"skiplock.backend.postgres"},  # (types)
-    "skiplock.worker.loop": {"psycopg", "skiplock.backend.postgres.backend"},
-    "skiplock.worker.presence": {"psycopg", "skiplock.backend.postgres.backend"},  # backend: (types)
 }
 
 # Not a ratchet: modules above the seam that are PostgreSQL-specific by design, each with its reason.

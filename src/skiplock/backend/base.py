@@ -7,12 +7,126 @@ can slot in without touching them. ``PostgresBackend`` (backend/postgres/) is th
 
 from __future__ import annotations
 
+import enum
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generator, Mapping, NamedTuple, Protocol, Sequence, TypeVar
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend offers beyond the verbs every backend has; the worker consults it
+    (``backend.capabilities``) and opts out of what is missing:
+
+    - ``batched_claims``: one claim may lock several jobs in one lease transaction (else every claim
+      takes one job);
+    - ``listen_notify``: enqueues wake idle workers (``connect_listener``; else the worker polls);
+    - ``server_bounds_lease``: the server itself ends a lease transaction idle or open past
+      ``lease_timeout`` or a task's ``timeout`` (PostgreSQL: idle_in_transaction_session_timeout,
+      statement and transaction timeouts); else the worker's watchdog ends such leases
+      (``Lease.end``)."""
+
+    batched_claims: bool = True
+    listen_notify: bool = True
+    server_bounds_lease: bool = True
+
+
+class Session(Protocol):
+    """A backend-owned server session (a lease, or an attempt-counting connection). Its methods raise
+    only skiplock errors: :class:`~skiplock.errors.ConnectionLost` when the session is gone,
+    :class:`~skiplock.errors.DatabaseError` when the server refused a statement on a live session."""
+
+    session_id: int  # the server's id of the session (PostgreSQL: the backend pid)
+
+    def alive(self) -> bool:
+        """False once the session is known gone (closed here, or its link found broken)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Lease(Session, Protocol):
+    """A worker slot's session whose transactions are job leases.
+
+    ``conn`` is what a handler sees as ``job.conn`` (its user-facing type is the driver's connection:
+    a handler's own statements on it raise the driver's errors, which the worker treats like any
+    handler exception). Everything the worker does with the lease goes through these methods."""
+
+    conn: Any
+    bounded_by_server: bool  # see Capabilities.server_bounds_lease
+
+    def begin(self) -> None:
+        """Start the lease transaction (a backend whose transactions start implicitly does nothing)."""
+        ...
+
+    def commit(self) -> None: ...
+    def rollback(self) -> None: ...
+    def savepoint(self) -> None: ...
+    def rollback_to_savepoint(self) -> None: ...
+    def release_savepoint(self) -> None: ...
+
+    def in_transaction(self) -> bool:
+        """A transaction is open and usable (no statement of it failed)."""
+        ...
+
+    def in_error(self) -> bool:
+        """A transaction is open but a statement of it failed: only a rollback is possible."""
+        ...
+
+    def idle(self) -> bool:
+        """Alive, with no transaction open."""
+        ...
+
+    def lost(self) -> bool:
+        """The session was found gone (the server ended it, the link broke) -- not closed here on
+        purpose (``close``/``end``)."""
+        ...
+
+    def end(self) -> None:
+        """End the lease from outside its own session: the server ends the session (rolling its
+        transaction back, so its jobs are available again), then the connection is closed. Safe to
+        call from another thread, and on a lease already gone."""
+        ...
+
+
+class Via(enum.Enum):
+    """Which finishing write ``Backend.finish`` makes (the backend chooses the SQL for each)."""
+
+    LEASE = "lease"  # in the lease's transaction, not committed (the lease's COMMIT ends it)
+    FRESH = "fresh"  # from a fresh transaction that never waits on a row lock (the lease is gone)
+    BATCH_COMMIT = "batch_commit"  # a batch's deferred ``done`` writes, sent with the lease's COMMIT
+
+
+class Write(NamedTuple):
+    """One job's finishing write. ``state``: ``done`` (guarded: a pending cancellation refuses it),
+    ``queued`` (retry or snooze after ``delay``), ``failed`` or ``cancelled``. ``undo``: roll back to
+    the handler's savepoint first (it touched the database). ``uncount``: give the attempt back (a
+    snooze). ``owner``: claimed lease -- the write is fenced on state ``running`` and this owner.
+    A named tuple: one is made per finished job, on the hot path."""
+
+    job: ClaimedJob
+    attempt: int
+    state: str
+    started_at: datetime
+    worker: str
+    result: str | None = None
+    delay: float | None = None
+    error: str | None = None
+    uncount: bool = False
+    undo: bool = False
+    owner: uuid.UUID | None = None
+
+
+class Finish(NamedTuple):
+    """What ``Backend.finish`` writes, and how (``via``). ``batch``: the batch whose row a
+    ``BATCH_COMMIT`` deletes."""
+
+    via: Via
+    writes: Sequence[Write]
+    batch: int | None = None
 
 
 @dataclass
@@ -66,11 +180,14 @@ class ReadBackend(Protocol):
 
 
 class Backend(ReadBackend, Protocol):
-    """Every job operation the rest of skiplock performs. ``conn`` arguments are the backend's own
-    connection objects (a slot's lease connection, or the caller's for transactional enqueue)."""
+    """Every job operation the rest of skiplock performs. ``conn`` arguments of the lease's verbs are
+    the backend's own sessions: a slot's :class:`Lease` (``connect_lease``) or attempt-counting
+    :class:`Session` (``connect_bookkeeping``); given one, a verb raises only skiplock errors. Producing
+    verbs take the caller's own connection for transactional enqueue."""
 
     schema: str
     wake_payload: str
+    capabilities: Capabilities
 
     # schema
     def migrate(self) -> list[int]: ...
@@ -82,8 +199,8 @@ class Backend(ReadBackend, Protocol):
     def enqueue_keyed(self, batch: Any, conn: Any = None) -> list[int]: ...
 
     # connections
-    def connect_lease(self, application_name: str) -> Any: ...
-    def connect_bookkeeping(self) -> Any: ...
+    def connect_lease(self, application_name: str) -> Lease: ...
+    def connect_bookkeeping(self) -> Session: ...
     def connect_listener(self) -> Notifications: ...
     def connection_budget(self) -> Any: ...  # what the server lets this role open; see ConnectionBudget
 
@@ -109,6 +226,11 @@ class Backend(ReadBackend, Protocol):
                        error: str | None, started_at: datetime, worker: str, uncount: bool = False,
                        owner: uuid.UUID | None = None) -> str | None: ...
     def terminate(self, backend_pids: Sequence[int]) -> None: ...
+    def finish(self, lease: Lease | None, what: Finish) -> dict[int, str]:
+        """The one finishing write of the worker (see ``Finish``/``Write``): returns {job id: state
+        written}; a job missing was refused by its guard (a cancellation requested, the lease fenced
+        off) or skipped (its row still locked: its error is kept pending, see ``record_outcome``)."""
+        ...
 
     # the claimed lease
     def start_claimed(self, conn: Any, job: ClaimedJob, owner: uuid.UUID, lease: float,

@@ -27,16 +27,30 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..app import Task
-    from .executor import BatchRun
+    from ..job import Outcome
 
 # Measured with `python -m bench` (docs/benchmarks.md): drain throughput per batch size 8 / 16 / 32 / 64
 # was 1.1 / 1.8 / 3.2 / 3.8 x the pgbench baseline. 32 keeps a batch within the 64 subtransaction
 # ids PostgreSQL caches per transaction even when every handler writes (one savepoint each).
 DEFAULT_BATCH_SIZE = 32
+
+
+@dataclass
+class BatchRun:
+    """What one claim's transaction did: the durable outcomes, and whether it stopped starting jobs
+    because its time budget ran out (or the worker is stopping) before all of them had run."""
+
+    outcomes: "list[Outcome]"
+    out_of_time: bool = False
+    seconds_per_job: float | None = None  # a batch's mean time per job, its claim and COMMIT left out
+    alone: bool = False  # the claim's first job had to run alone (see Executor.alone)
+    handler_seconds: float = 0.0  # time spent in handlers (the rest of the lease is skiplock's overhead)
+
 
 
 class ClaimSize:

@@ -1,17 +1,21 @@
-"""The completer: turns a job's outcome (a value, decided by the executor) into its durable write.
+"""The completer: turns a job's outcome (a value, decided by the executor) into its durable write,
+made by one backend verb, ``Backend.finish`` (which chooses the SQL); the completer decides which
+write (``base.Finish``: ``Via.LEASE``, ``Via.FRESH``, ``Via.BATCH_COMMIT``; ``owner`` fences a
+claimed lease's) and reads the lease's state through ``Lease`` (never a driver connection):
 
-Which write, in one place:
 - ``write``: in the lease transaction while it is usable -- ``done`` (guarded: a cancellation
   requested meanwhile refuses it, and the job is recorded cancelled), or the outcome's row (after
   rolling back to the handler's savepoint if it touched the database); if the lease is gone, the
   same outcome from a fresh transaction that never waits on a row lock (``record_outcome`` in
   queries.sql: a row still locked keeps the error pending in job_attempts, recorded once by the
   job's next finishing write);
-- ``commit``: the lease's COMMIT; one refused on a live session (a deferred constraint) is that
-  attempt's failure, retried like any other, never a lost connection;
+- ``commit``: the lease's COMMIT; one refused on a live session (a deferred constraint:
+  ``DatabaseError``) is that attempt's failure, retried like any other, never a lost connection;
 - ``finish_claimed``: the claimed lease's fenced finish (state ``running`` and our owner token),
-  on the slot's connection or, when its session is gone, from a fresh one -- so the job converges;
-- batched ``done`` writes go with the batch's COMMIT (``complete_batch``, run by the executor).
+  on the slot's lease or, when its session is gone, from a fresh connection -- so the job converges;
+- ``finish_batch``: a batch's ``done`` writes, deferred and sent with its COMMIT (one round trip); a
+  job refused there (a cancellation requested while it ran, with no database effects) is recorded
+  cancelled afterwards.
 """
 
 from __future__ import annotations
@@ -19,72 +23,71 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Sequence
 
-import psycopg
-from psycopg.pq import TransactionStatus
-
-from ..backend.base import ClaimedJob
-from ..backend.postgres.backend import CONNECTION_LOST, connection_lost, session_gone
-from ..errors import storable_text
+from ..backend.base import ClaimedJob, Finish, Via, Write
+from ..errors import ConnectionLost, DatabaseError, storable_text
 from ..job import Cancelled, Done, Failed, LeaseLost, Outcome, RetryLater, Snoozed
 from .failures import decide_failure, format_error
 
 if TYPE_CHECKING:
     from ..app import Task
-    from ..backend.postgres import PostgresBackend
+    from ..backend.base import Backend, Lease
 
 log = logging.getLogger("skiplock.worker")
 
+CANCELLED_WHILE_RUNNING = "cancellation requested while the job ran"
 
-def usable(conn: psycopg.Connection[Any]) -> bool:
-    return not conn.closed and conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+
+def usable(lease: "Lease") -> bool:
+    """A transaction is open on the lease (possibly in error: a rollback to the savepoint fixes it)."""
+    return lease.in_transaction() or lease.in_error()
 
 
 class Completer:
     """Writes outcomes for one worker; shared by its slots (it holds no per-job state)."""
 
-    def __init__(self, backend: "PostgresBackend"):
+    def __init__(self, backend: "Backend"):
         self.backend = backend
 
-    def release(self, conn: psycopg.Connection[Any]) -> None:
+    @staticmethod
+    def release(lease: "Lease") -> None:
         """Release the savepoint of a job whose outcome is written (see ``release_savepoint`` in
         queries.sql), if the lease is still usable -- a gone one is handled by whoever comes next."""
-        if usable(conn) and conn.info.transaction_status == TransactionStatus.INTRANS:
-            self.backend.release_savepoint(conn)
+        if lease.in_transaction():
+            lease.release_savepoint()
 
-    def commit(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, task: "Task", attempt: int,
-                outcome: Outcome, started_at: datetime, slot: str) -> Outcome:
+    def commit(self, lease: "Lease", claimed: ClaimedJob, task: "Task", attempt: int,
+               outcome: Outcome, started_at: datetime, slot: str) -> Outcome:
         """COMMIT the lease. If the server refuses it on a live session (a deferred constraint the
         handler's writes broke, say), the transaction -- the job's ``done`` and the handler's writes --
         is rolled back, and that error is this attempt's failure, recorded from a fresh transaction
-        and retried like any other (never taken for a lost connection)."""
+        and retried like any other (never taken for a lost connection: ``ConnectionLost`` propagates)."""
         try:
-            conn.commit()
+            lease.commit()
             return outcome
-        except psycopg.Error as exc:
-            if connection_lost(exc) or not isinstance(outcome, Done):
+        except DatabaseError as exc:
+            if not isinstance(outcome, Done):
                 raise
-            refused: psycopg.Error = exc
-        log.warning("job %s (%s) attempt %s/%s: its COMMIT was refused: %s: %s", claimed.id, claimed.task, attempt,
-                    claimed.max_attempts, type(refused).__qualname__, refused)
+            refused = exc
+        log.warning("job %s (%s) attempt %s/%s: its COMMIT was refused: %s", claimed.id, claimed.task, attempt,
+                    claimed.max_attempts, refused)
         failure = decide_failure(task, attempt, claimed.max_attempts, format_error(refused), refused)
-        return self.write(conn, claimed, attempt, failure, started_at, slot, False)
+        return self.write(lease, claimed, attempt, failure, started_at, slot, False)
 
     @staticmethod
-    def still_leased(conn: psycopg.Connection[Any], task: "Task", attempt: int, claimed: ClaimedJob,
-                      outcome: Outcome) -> Outcome:
+    def still_leased(lease: "Lease", task: "Task", attempt: int, claimed: ClaimedJob, outcome: Outcome) -> Outcome:
         """A handler that ended the job's transaction (commit/rollback on job.conn) lost its lease: a
         returned handler is then a failure, not done."""
-        if isinstance(outcome, Done) and (conn.closed or conn.info.transaction_status != TransactionStatus.INTRANS):
+        if isinstance(outcome, Done) and not lease.in_transaction():
             error = RuntimeError("the handler ended the job's transaction (commit/rollback on job.conn); the lease "
                                  "was lost. Handlers must leave job.conn's transaction open.")
             return decide_failure(task, attempt, claimed.max_attempts, format_error(error), error)
         return outcome
 
-    def finish_claimed(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, attempt: int, outcome: Outcome,
-                        started_at: datetime, slot: str, owner: uuid.UUID, task: "Task") -> Outcome:
-        """The fenced finishing write (state ``running`` and our owner), on the slot's connection while
+    def finish_claimed(self, lease: "Lease", claimed: ClaimedJob, attempt: int, outcome: Outcome,
+                       started_at: datetime, slot: str, owner: uuid.UUID, task: "Task") -> Outcome:
+        """The fenced finishing write (state ``running`` and our owner), on the slot's lease while
         its session lives. The server may have ended that session while the handler ran (it sat idle:
         ``idle_session_timeout``, a terminate, a restart); then the write still happens, on a fresh
         connection and fenced the same way, so the job always converges:
@@ -96,54 +99,49 @@ class Completer:
           by the task's policy, or ``failed`` after ``max_attempts``.
         - any other outcome: written as decided.
         """
-        backend = self.backend
-        gone = conn.closed or conn.broken
-        handler_wrote = gone or conn.info.transaction_status != TransactionStatus.IDLE
+        finish = self.backend.finish
+        gone = not lease.alive()
+        handler_wrote = gone or not lease.idle()
         if isinstance(outcome, Done):
+            done = Write(claimed, attempt, "done", started_at, slot, result=outcome.result, owner=owner)
             lost: BaseException | None = None
-            refused: psycopg.Error | None = None
+            refused: DatabaseError | None = None
             if not gone:
                 try:
-                    if backend.complete(conn, claimed, attempt, outcome.result, started_at, slot, owner):
-                        conn.commit()
+                    if finish(lease, Finish(Via.LEASE, (done,))):
+                        lease.commit()
                         return outcome
-                    conn.rollback()  # refused: the handler's writes go with it
+                    lease.rollback()  # refused: the handler's writes go with it
                     return self.lost(claimed, outcome)
-                except psycopg.Error as exc:
-                    if connection_lost(exc):
-                        lost = exc
-                    else:  # the server refused the write or its COMMIT (a deferred constraint, say)
-                        refused = exc
+                except ConnectionLost as exc:
+                    lost = exc
+                except DatabaseError as exc:  # the server refused the write or its COMMIT (a deferred constraint)
+                    refused = exc
             if refused is not None:
-                log.warning("job %s (%s) attempt %s/%s: its completion was refused: %s: %s", claimed.id,
-                            claimed.task, attempt, claimed.max_attempts, type(refused).__qualname__, refused)
+                log.warning("job %s (%s) attempt %s/%s: its completion was refused: %s", claimed.id,
+                            claimed.task, attempt, claimed.max_attempts, refused)
                 outcome = decide_failure(task, attempt, claimed.max_attempts, format_error(refused), refused)
             elif not handler_wrote:
-                if backend.complete(None, claimed, attempt, outcome.result, started_at, slot, owner):
+                if finish(None, Finish(Via.FRESH, (done,))):
                     return outcome
                 return self.lost(claimed, outcome)
             else:
                 error = ("the connection was lost before the job's completion committed; the handler's writes "
                          f"through job.conn were lost with it ({lost if lost is not None else 'the session was gone'})")
                 outcome = decide_failure(task, attempt, claimed.max_attempts, error, lost)
-        state, delay, error_text, uncount = _row_for(outcome)
-        if uncount:
-            attempt -= 1
+        write = _write_for(outcome, claimed, attempt, started_at, slot, owner=owner)
         written: str | None = None
-        done = False
-        if not (conn.closed or conn.broken):
+        recorded = False
+        if lease.alive():
             try:
-                conn.rollback()
-                written = backend.record_outcome(conn, claimed, attempt, state=state, delay=delay, error=error_text,
-                                                 started_at=started_at, worker=slot, uncount=False, owner=owner)
-                conn.commit()
-                done = True
-            except CONNECTION_LOST as exc:
-                if not session_gone(exc):
-                    raise
-        if not done:  # the session is gone: the same fenced write from a fresh connection
-            written = backend.record_outcome(None, claimed, attempt, state=state, delay=delay, error=error_text,
-                                             started_at=started_at, worker=slot, uncount=False, owner=owner)
+                lease.rollback()
+                written = finish(lease, Finish(Via.LEASE, (write,))).get(claimed.id)
+                lease.commit()
+                recorded = True
+            except ConnectionLost:
+                pass
+        if not recorded:  # the session is gone: the same fenced write from a fresh connection
+            written = finish(None, Finish(Via.FRESH, (write,))).get(claimed.id)
         if written is None:
             return self.lost(claimed, outcome)
         return _as_written(outcome, written)
@@ -154,45 +152,67 @@ class Completer:
                     claimed.id)
         return LeaseLost(outcome)
 
-    def write(self, conn: psycopg.Connection[Any], claimed: ClaimedJob, attempt: int, outcome: Outcome,
-               started_at: datetime, slot: str, ran: bool) -> Outcome:
-        backend = self.backend
+    def write(self, lease: "Lease", claimed: ClaimedJob, attempt: int, outcome: Outcome,
+              started_at: datetime, slot: str, ran: bool) -> Outcome:
+        """An outcome written in the lease transaction (not committed), else from a fresh one.
+        ``ran``: the handler touched the database (its savepoint is rolled back first)."""
+        finish = self.backend.finish
         if isinstance(outcome, Done):
             # A failure here (connection lost before or during COMMIT) propagates: the server either
             # committed (the guard makes any later failure record a no-op) or rolled back (queued).
-            if backend.complete(conn, claimed, attempt, outcome.result, started_at, slot):
+            if finish(lease, Finish(Via.LEASE, (Write(claimed, attempt, "done", started_at, slot,
+                                                      result=outcome.result),))):
                 return outcome
-            outcome = Cancelled("cancellation requested while the job ran")  # the guard refused 'done'
-        state, delay, error, uncount = _row_for(outcome)
-        if uncount:
-            attempt -= 1  # a snooze gives its attempt back
-        if usable(conn):
+            outcome = Cancelled(CANCELLED_WHILE_RUNNING)  # the guard refused 'done'
+        write = _write_for(outcome, claimed, attempt, started_at, slot, undo=ran)
+        if usable(lease):
             try:
-                if ran:
-                    backend.rollback_to_savepoint(conn)
-                written = backend.record_outcome(conn, claimed, attempt, state=state, delay=delay, error=error,
-                                                 started_at=started_at, worker=slot, uncount=uncount)
-                return _as_written(outcome, written)
-            except psycopg.Error as db_exc:  # recorded from a fresh transaction below
-                if not connection_lost(db_exc):
+                return _as_written(outcome, finish(lease, Finish(Via.LEASE, (write,))).get(claimed.id))
+            except (ConnectionLost, DatabaseError) as db_exc:  # recorded from a fresh transaction below
+                if not isinstance(db_exc, ConnectionLost):
                     log.warning("job %s: could not record its outcome in its transaction (%s); recording "
                                 "separately", claimed.id, db_exc)
-        broken = conn.broken
-        if not conn.closed:
+        broken = lease.lost()
+        if lease.alive():
             try:
-                conn.rollback()
-            except psycopg.Error:
+                lease.rollback()
+            except (ConnectionLost, DatabaseError):
                 broken = True
-        written = backend.record_outcome(None, claimed, attempt, state=state, delay=delay, error=error,
-                                         started_at=started_at, worker=slot, uncount=uncount)
+        written = finish(None, Finish(Via.FRESH, (write,))).get(claimed.id)
         if written is None:
             log.warning("job %s: attempt %s's outcome was not written: the job is no longer queued, or its row is "
                         "still locked (its session has not exited yet, or another worker claimed it); then its "
                         "error is kept in job_attempts and recorded by the job's next finishing write",
                         claimed.id, attempt)
         if broken:
-            raise psycopg.OperationalError("the job's connection was lost during the attempt")
+            raise ConnectionLost("the job's connection was lost during the attempt")
         return _as_written(outcome, written)
+
+    def finish_batch(self, lease: "Lease", batch: int, done: Sequence[tuple[ClaimedJob, int, str | None]],
+                     started_at: datetime, slot: str) -> list[Outcome]:
+        """End a batch's transaction: its deferred ``done`` writes with the COMMIT (``Via.BATCH_COMMIT``).
+        A job refused there (a cancellation was requested while it ran; it had no database effects)
+        is recorded cancelled afterwards."""
+        writes = [Write(claimed, attempt, "done", started_at, slot, result=result) for claimed, attempt, result in done]
+        written = self.backend.finish(lease, Finish(Via.BATCH_COMMIT, writes, batch))
+        outcomes: list[Outcome] = []
+        for claimed, attempt, result in done:
+            if claimed.id in written:
+                outcomes.append(Done(result))
+            else:
+                outcomes.append(self.write(lease, claimed, attempt, Cancelled(CANCELLED_WHILE_RUNNING),
+                                           started_at, slot, False))
+        return outcomes
+
+
+def _write_for(outcome: Outcome, claimed: ClaimedJob, attempt: int, started_at: datetime, slot: str, *,
+               undo: bool = False, owner: uuid.UUID | None = None) -> Write:
+    """The write of an outcome that is not Done (a snooze gives its attempt back)."""
+    state, delay, error, uncount = _row_for(outcome)
+    if uncount:
+        attempt -= 1
+    return Write(claimed, attempt, state, started_at, slot, delay=delay, error=error,
+                 uncount=uncount and owner is None, undo=undo, owner=owner)
 
 
 def _row_for(outcome: Outcome) -> tuple[str, float | None, str | None, bool]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import traceback
 from typing import TYPE_CHECKING, Any
 
-from ..errors import storable_text
+from ..errors import DatabaseError, storable_text
 from ..job import Failed, Outcome, Retry, RetryLater
 from ..retry import check_delay
 
@@ -20,7 +20,11 @@ class ResultNotStorable(ValueError):
 
 
 def describe(exc: BaseException) -> str:
-    """``Type: message`` as storable text, even for an exception whose ``str()`` fails."""
+    """``Type: message`` as storable text, even for an exception whose ``str()`` fails. A statement
+    the server refused (``DatabaseError``) is described by its message, which starts with the
+    server's error class (``ForeignKeyViolation: ...``)."""
+    if isinstance(exc, DatabaseError):
+        return storable_text(str(exc))
     try:
         message = str(exc)
     except Exception as failed:  # noqa: BLE001 - a hostile __str__ must not take the slot down

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 from ..maintenance.service import Service
 
 if TYPE_CHECKING:
-    from ..backend.postgres import PostgresBackend
+    from ..backend.base import Backend
 
 
 class Heartbeat(Service):
     name = "heartbeat"
 
-    def __init__(self, backend: "PostgresBackend", interval: float):
+    def __init__(self, backend: "Backend", interval: float):
         super().__init__(interval)
         self.backend = backend
         self._held: dict[int, tuple[uuid.UUID, float]] = {}

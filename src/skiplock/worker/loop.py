@@ -20,11 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
-import psycopg
-
 from ..values import MAX_QUEUE_CHARS, check_text
-from ..backend.postgres.backend import connection_lost
-from ..errors import ConfigurationError, DatabaseUnavailable
+from ..errors import ConfigurationError, DatabaseError, DatabaseUnavailable
 from ..job import Cancelled, Done, Failed, LeaseLost, RetryLater, Snoozed
 from ..lifecycle import Signals, escalate
 from ..maintenance.periodic import Scheduler
@@ -38,9 +35,11 @@ from .governor import Governor
 from .heartbeat import Heartbeat
 from .listener import Listener
 from .presence import Presence
+from .watchdog import Watchdog
 
 if TYPE_CHECKING:
     from ..app import App
+    from ..backend.base import Backend, Lease
 
 log = logging.getLogger("skiplock.worker")
 
@@ -132,7 +131,7 @@ class Worker:
         self.stats = WorkerStats()
         self.started = threading.Event()
         self._stopping = threading.Event()
-        self._conns: dict[int, psycopg.Connection[Any]] = {}
+        self._leases: dict[int, "Lease"] = {}
         self._busy: set[int] = set()
         self._signals = 0
         self.governor = Governor(concurrency, adaptive=bool(adaptive_limit))
@@ -162,11 +161,11 @@ class Worker:
         self.governor.wake_all()
         if abort and not self.stats.aborted:
             self.stats.aborted = True
-            pids = [c.info.backend_pid for i, c in list(self._conns.items()) if i in self._busy and not c.closed]
+            pids = [lease.session_id for i, lease in list(self._leases.items()) if i in self._busy and lease.alive()]
             log.warning("aborting %d in-flight job(s); their transactions roll back and the jobs stay queued", len(pids))
             try:
                 self.app.backend.terminate(pids)
-            except (DatabaseUnavailable, psycopg.Error) as exc:
+            except (DatabaseUnavailable, DatabaseError) as exc:
                 log.warning("could not terminate in-flight sessions (%s); they end when this process exits", exc)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
@@ -190,10 +189,15 @@ class Worker:
         self.recovery = Reconnects(self.app.backend.dsn, log, cap=self.max_reconnect_delay)
         claimed_leases = [t.lease_seconds for t in self.app.tasks.values() if t.lease == "claimed"]
         heartbeat = Heartbeat(self.app.backend, min(claimed_leases) / 3) if claimed_leases else None
-        executor = Executor(self.app, self.name, heartbeat, self.batching, slots=self.concurrency)
+        capabilities = self.app.backend.capabilities
+        # A backend whose server does not bound leases: the worker's watchdog does (watchdog.py).
+        watchdog = None if capabilities.server_bounds_lease else Watchdog()
+        executor = Executor(self.app, self.name, heartbeat, self.batching, slots=self.concurrency, watchdog=watchdog)
         signals = Signals.install(self._on_signal, self.handle_signals)  # the main thread's only
         if heartbeat is not None:
             self.services.append(heartbeat)
+        if watchdog is not None:
+            self.services.append(watchdog)
         if self.maintenance:
             self.services.append(Rescuer(self.app, self.rescue_interval))
             if self.app.schedules:
@@ -203,7 +207,7 @@ class Worker:
             service.recovery = self.recovery
         threads = [threading.Thread(target=self._slot, args=(i, executor), name=f"skiplock-slot-{i}", daemon=True)
                    for i in range(self.concurrency)]
-        if self.listen:
+        if self.listen and capabilities.listen_notify:  # else: poll only
             backend = self.app.backend
             self.listener = Listener(backend.connect_listener, backend.wake_payload, self.wake, self._stopping,
                                      self.max_reconnect_delay, recovery=self.recovery)
@@ -259,9 +263,9 @@ class Worker:
             f"maintenance) and leaves {CONNECTION_HEADROOM} free for producers, but only {available} can be opened "
             f"({why}); {advice}")
 
-    def _claim(self, conn: psycopg.Connection[Any], size: ClaimSize, executor: Executor,
+    def _claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
                index: int) -> tuple[list[Any], bool]:
-        """Claim the next job(s) in a new transaction on ``conn``. Returns them, and whether this slot
+        """Claim the next job(s) in a new transaction of ``lease``. Returns them, and whether this slot
         now holds a batch turn (only while it has a batch of fast jobs to run; see ``batch_slots``)."""
         executor.gate.wait_open(self._stopping)  # no claim while a suspect runs alone (see gate.py)
         limit = size.value
@@ -275,12 +279,14 @@ class Worker:
                     self.batching.give_turn(index)
                 return [], False
         try:
-            claimed = self.app.backend.claim(conn, self.queues, limit, tasks=self._claim_tasks)
+            lease.begin()
+            claimed = self.app.backend.claim(lease, self.queues, limit, tasks=self._claim_tasks)
             if len(claimed) > 1 and executor.alone(claimed[0].task):
                 # A job that runs alone came first: let the others go at once, take one.
                 size.alone()
-                conn.rollback()
-                claimed = self.app.backend.claim(conn, self.queues, 1, tasks=self._claim_tasks)
+                lease.rollback()
+                lease.begin()
+                claimed = self.app.backend.claim(lease, self.queues, 1, tasks=self._claim_tasks)
         except BaseException:
             if turn:
                 self.batching.give_turn(index)
@@ -292,37 +298,39 @@ class Worker:
 
     def _slot(self, index: int, executor: Executor) -> None:
         slot_name = f"{self.name}/{index}"
-        backend = self.app.backend
-        conn: psycopg.Connection[Any] | None = None
+        backend: "Backend" = self.app.backend
+        lease: "Lease | None" = None
         size = self.batching.claim_size()
+        if not backend.capabilities.batched_claims:  # every claim takes one job
+            size.maximum = size.value = 1
         recovery = self.recovery
         assert recovery is not None
         backoff = recovery.backoff()
         try:
             while not self._stopping.is_set():
                 try:
-                    if conn is not None and (conn.closed or conn.broken):  # a timed-out job's, or found gone
-                        conn.close()
-                        conn = None
-                    if conn is None:
-                        conn = backend.connect_lease(f"skiplock-worker {slot_name}")
-                        self._conns[index] = conn
+                    if lease is not None and not lease.alive():  # a timed-out job's, or found gone
+                        lease.close()
+                        lease = None
+                    if lease is None:
+                        lease = backend.connect_lease(f"skiplock-worker {slot_name}")
+                        self._leases[index] = lease
                     if not self.governor.acquire(self._stopping):
                         continue
                     try:
                         began = time.perf_counter()
-                        claimed, turn = self._claim(conn, size, executor, index)
+                        claimed, turn = self._claim(lease, size, executor, index)
                         if backoff.failures:  # the connection works: an outage (if any) is over
                             recovery.connected(f"slot {slot_name}")
                         try:
                             if not claimed:
-                                conn.rollback()
+                                lease.rollback()
                             else:
                                 if len(claimed) >= size.value:
                                     self.wake(every=False, slots=2)  # there may be more: let idle slots look too
                                 self._busy.add(index)
                                 try:
-                                    run = executor.run_batch(conn, claimed, slot_name, self.batch_budget,
+                                    run = executor.run_batch(lease, claimed, slot_name, self.batch_budget,
                                                              self._stopping)
                                     for outcome in run.outcomes:
                                         self.stats.count(outcome)
@@ -346,14 +354,14 @@ class Worker:
                     if self.stats.aborted:
                         return
                     self.stats.reconnects += 1
-                    if conn is not None:
-                        conn.close()
-                        conn = None
+                    if lease is not None:
+                        lease.close()
+                        lease = None
                     delay = backoff.next()
-                    if isinstance(exc, DatabaseUnavailable) or connection_lost(exc):
+                    if isinstance(exc, DatabaseUnavailable):  # ConnectionLost too
                         recovery.lost(f"slot {slot_name}", exc, delay, self._stopping)
                         continue
-                    if isinstance(exc, psycopg.Error):  # the session is alive: a database error, not a lost link
+                    if isinstance(exc, DatabaseError):  # the session is alive: a database error, not a lost link
                         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                         log.warning("slot %s: database error %s (%s: %s); starting over in %.2fs", slot_name,
                                     getattr(exc, "sqlstate", None), type(exc).__name__, reason, delay)
@@ -361,6 +369,6 @@ class Worker:
                         log.exception("slot %s: unexpected error; reconnecting in %.2fs", slot_name, delay)
                     self._stopping.wait(delay)
         finally:
-            if conn is not None:
-                conn.close()
-            self._conns.pop(index, None)
+            if lease is not None:
+                lease.close()
+            self._leases.pop(index, None)

@@ -18,13 +18,11 @@ import socket
 import uuid
 from typing import TYPE_CHECKING, Sequence
 
-import psycopg
-
-from ..errors import DatabaseUnavailable
+from ..errors import DatabaseError, DatabaseUnavailable
 from ..maintenance.service import Service
 
 if TYPE_CHECKING:
-    from ..backend.postgres.backend import PostgresBackend
+    from ..backend.base import Backend
 
 log = logging.getLogger("skiplock.worker")
 
@@ -35,7 +33,7 @@ LIVE_SECONDS = 3 * SEEN_INTERVAL
 class Presence(Service):
     name = "presence"
 
-    def __init__(self, backend: "PostgresBackend", worker: str, tasks: Sequence[str], queues: Sequence[str] | None,
+    def __init__(self, backend: "Backend", worker: str, tasks: Sequence[str], queues: Sequence[str] | None,
                  interval: float = SEEN_INTERVAL, concurrency: int | None = None):
         super().__init__(interval)
         self.backend = backend
@@ -55,6 +53,6 @@ class Presence(Service):
         super().stop(timeout)
         try:
             self.backend.worker_gone(self.id)
-        except (DatabaseUnavailable, psycopg.Error) as exc:
+        except (DatabaseUnavailable, DatabaseError) as exc:
             log.warning("could not remove this worker's row from the workers table (%s); it stops counting "
                         "as running %.0fs after its last refresh", exc, LIVE_SECONDS)

@@ -17,6 +17,7 @@ connection skiplock opens (whole seconds, at least 2; a DSN's own ``connect_time
 
 from __future__ import annotations
 
+import functools
 import math
 import select
 import threading
@@ -35,7 +36,9 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...errors import DatabaseUnavailable, DuplicateJob, SchemaError, redact, redact_dsn
 from ...reconnect import quiet_driver_noise
-from ..base import ClaimedJob, NewJob
+from ..base import Capabilities, ClaimedJob, Finish, Lease, NewJob, Via
+from .errors import CONNECTION_LOST, SESSION_ENDED, connection_lost, one_line, session_gone, translate  # noqa: F401 - kept importable here
+from .lease import PostgresLease, PostgresSession
 from .notifications import PostgresNotifications
 from .queries import load_migrations, load_queries
 from .steps import Steps, T, Undoable, run, run_async
@@ -49,30 +52,6 @@ COPY_MIN_JOBS = 1000
 COPY_TYPES = ("int8", "text", "text", "text", "int4", "int4", "timestamptz")
 # libpq-side TCP settings (ignored on Unix sockets).
 CLIENT_TCP = dict(keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3, tcp_user_timeout=30000)
-
-
-# Errors after which a connection is gone: the network or server failed, or the server ended the
-# session itself (idle-in-transaction and transaction timeouts arrive as InternalError).
-CONNECTION_LOST: tuple[type[Exception], ...] = (
-    psycopg.OperationalError,
-    psycopg.errors.IdleInTransactionSessionTimeout,
-    psycopg.errors.TransactionTimeout,
-)
-
-
-def session_gone(exc: BaseException) -> bool:
-    """Of the CONNECTION_LOST errors, those that mean the session is gone -- not an error the server
-    reported on a live session that psycopg also files under OperationalError (a deadlock, a
-    serialization failure, a cancelled statement)."""
-    if isinstance(exc, (psycopg.errors.IdleInTransactionSessionTimeout, psycopg.errors.TransactionTimeout)):
-        return True
-    state = getattr(exc, "sqlstate", None)
-    return state is None or state.startswith("08") or state in SESSION_ENDED
-
-
-# SQLSTATEs of a session the server ended: admin shutdown (pg_terminate_backend), crash shutdown,
-# cannot connect now, database dropped, idle_session_timeout.
-SESSION_ENDED = frozenset({"57P01", "57P02", "57P03", "57P04", "57P05"})
 
 
 # Every session skiplock opens runs its transactions at READ COMMITTED, whatever the database's or
@@ -92,14 +71,6 @@ def session_options(dsn: str, *settings: str) -> str:
     return " ".join(x for x in (given, READ_COMMITTED, *settings) if x)
 
 
-def connection_lost(exc: BaseException) -> bool:
-    """True if ``exc`` means the connection's session is gone (reconnect, record elsewhere); False for
-    an error the server reported on a live session (a deadlock, a serialization failure, a cancelled
-    statement): that is an error of the statement, to record or retry, and the connection is usable
-    after a rollback."""
-    return isinstance(exc, CONNECTION_LOST) and session_gone(exc)
-
-
 def describe_dsn(dsn: str) -> str:
     """The DSN without its password, for messages (see :func:`skiplock.errors.redact_dsn`)."""
     return redact_dsn(dsn)
@@ -115,11 +86,6 @@ def with_connect_timeout(dsn: str, seconds: float | None = None) -> dict[str, An
     if given:
         return {}
     return {"connect_timeout": CONNECT_TIMEOUT if seconds is None else max(2, math.ceil(seconds))}
-
-
-def one_line(exc: BaseException) -> str:
-    text = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
-    return text or type(exc).__name__
 
 
 def connect(dsn: str, timeout: float | None = None, **kwargs: Any) -> psycopg.Connection[Any]:
@@ -170,7 +136,6 @@ KEYED_ATTEMPTS = 10
 
 class HolderGone(Exception):
     """A key's holder finished before the batch could read its id: undo the attempt and run it again."""
-
 
 
 def _not_async(conn: Any) -> None:
@@ -272,9 +237,33 @@ class KeyedBatch:
         return DatabaseUnavailable(f"unique keys kept changing hands over {KEYED_ATTEMPTS} attempts; try again")
 
 
+def _on_session(verb: Any) -> Any:
+    """A verb whose first argument may be a backend session (lease.py): it runs on that session's
+    connection, and raises only skiplock errors (``errors.translate``). Given a psycopg connection
+    (the caller's own), the verb runs on it as it is."""
+
+    @functools.wraps(verb)
+    def on_session(self: "PostgresBackend", conn: Any, *args: Any, **kwargs: Any) -> Any:
+        if conn.__class__ is PostgresLease or conn.__class__ is PostgresSession:
+            try:
+                return verb(self, conn.conn, *args, **kwargs)
+            except psycopg.Error as exc:
+                raise translate(exc, self.dsn) from None
+        return verb(self, conn, *args, **kwargs)
+
+    return on_session
+
+
 class PostgresBackend:
+    # Everything the port's capabilities name (see base.Capabilities); a backend built with
+    # ``capabilities=Capabilities(server_bounds_lease=False)`` opens its leases without the
+    # server-side timeouts (then the worker's watchdog bounds them: tests of that opt-out).
+    capabilities = Capabilities(batched_claims=True, listen_notify=True, server_bounds_lease=True)
+
     def __init__(self, dsn: str, schema: str = "skiplock", *, lease_timeout: float = 600.0, pool_size: int = 8,
-                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT):
+                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT, capabilities: Capabilities | None = None):
+        if capabilities is not None:
+            self.capabilities = capabilities
         self.dsn = dsn
         self.schema = schema
         self.lease_timeout = lease_timeout
@@ -387,25 +376,38 @@ class PostgresBackend:
             raise DatabaseUnavailable(f"lost the connection to PostgreSQL ({redact_dsn(self.dsn)}): "
                                       f"{redact(one_line(exc), self.dsn)}") from None
 
-    def connect_lease(self, application_name: str = "skiplock-worker") -> psycopg.Connection[Any]:
-        """A dedicated connection for one worker slot; its transactions are job leases."""
+    def connect_lease(self, application_name: str = "skiplock-worker") -> PostgresLease:
+        """A dedicated connection for one worker slot, as a :class:`PostgresLease`: its transactions
+        are job leases, bounded by the server (lease.py) unless ``capabilities.server_bounds_lease``
+        is off."""
+        return PostgresLease(self.connect_lease_connection(application_name), self,
+                             self.capabilities.server_bounds_lease)
+
+    def connect_lease_connection(self, application_name: str = "skiplock-worker") -> psycopg.Connection[Any]:
+        """The psycopg connection of a lease (also the outbox relay's): TCP keepalives and
+        ``client_connection_check_interval`` end the session of a vanished client; with server
+        bounds, ``idle_in_transaction_session_timeout`` (and, on PostgreSQL 17+, ``transaction_timeout``)
+        = ``lease_timeout``."""
         ms = int(self.lease_timeout * 1000)
+        bounds = f"-c idle_in_transaction_session_timeout={ms} " if self.capabilities.server_bounds_lease else ""
         options = session_options(
-            self.dsn, f"-c idle_in_transaction_session_timeout={ms} -c tcp_keepalives_idle=10 "
+            self.dsn, f"{bounds}-c tcp_keepalives_idle=10 "
             "-c tcp_keepalives_interval=5 -c tcp_keepalives_count=3 -c tcp_user_timeout=30000 "
             "-c client_connection_check_interval=5000")
         conn = connect(self.dsn, self.connect_timeout, autocommit=False, application_name=application_name,
                        options=options, **CLIENT_TCP)
-        if conn.info.server_version >= 170000:
+        if bounds and conn.info.server_version >= 170000:
             conn.execute(self.q["set_transaction_timeout"], {"value": f"{ms}ms"})
             conn.commit()
         return conn
 
-    def connect_bookkeeping(self) -> psycopg.Connection[Any]:
-        """An autocommit connection for attempt counting. ``synchronous_commit=off``: a count lost in
+    def connect_bookkeeping(self) -> PostgresSession:
+        """An autocommit session for attempt counting. ``synchronous_commit=off``: a count lost in
         a server crash costs at most one extra attempt, and it saves a WAL flush per job."""
-        return connect(self.dsn, self.connect_timeout, autocommit=True, application_name="skiplock-attempts",
-                       options=session_options(self.dsn, "-c synchronous_commit=off"), **CLIENT_TCP)
+        return PostgresSession(connect(self.dsn, self.connect_timeout, autocommit=True,
+                                       application_name="skiplock-attempts",
+                                       options=session_options(self.dsn, "-c synchronous_commit=off"), **CLIENT_TCP),
+                               self.dsn)
 
     @property
     def pool_size(self) -> int:
@@ -601,6 +603,7 @@ class PostgresBackend:
 
     # ---- the lease ---------------------------------------------------------------------------
 
+    @_on_session
     def claim(self, conn: psycopg.Connection[Any], queues: Sequence[str] | None, limit: int = 1,
               savepoint: bool = False, tasks: Sequence[str] | None = None) -> list[ClaimedJob]:
         """Lock up to ``limit`` available jobs in this connection's transaction (the lease): of
@@ -624,6 +627,7 @@ class PostgresBackend:
             conn.execute(self.q["savepoint"])
         return [ClaimedJob(*row) for row in cur.fetchall()]
 
+    @_on_session
     def start_attempt(self, conn: psycopg.Connection[Any], job: ClaimedJob, worker: str,
                       lease_pid: int | None, exclusive: bool = True,
                       batch: int | None = None) -> tuple[int, str | None, str | None, bool]:
@@ -641,9 +645,11 @@ class PostgresBackend:
                                                             "batch": batch}))
         return int(row[0]), row[1], row[2], bool(row[3])
 
+    @_on_session
     def mark_exclusive(self, conn: psycopg.Connection[Any], job_id: int, attempt: int) -> None:
         conn.execute(self.q["mark_exclusive"], {"id": job_id, "attempt": attempt})
 
+    @_on_session
     def start_batch(self, conn: psycopg.Connection[Any], jobs: Sequence[ClaimedJob], worker: str,
                     lease_pid: int) -> tuple[int, set[int], dict[int, str]]:
         """Mark a batch durably, outside its transaction (``conn`` from connect_bookkeeping), before its
@@ -654,9 +660,11 @@ class PostgresBackend:
             "backend_pid": lease_pid}))
         return batch, set(suspects), dict(zip(cancelled, reasons))
 
+    @_on_session
     def forget_dead_batches(self, conn: psycopg.Connection[Any], job_id: int, batch: int) -> None:
         conn.execute(self.q["forget_dead_batches"], {"id": job_id, "batch": batch})
 
+    @_on_session
     def complete_batch(self, conn: psycopg.Connection[Any], batch: int, done: Sequence[tuple[ClaimedJob, int, str | None]],
                        started_at: datetime, worker: str) -> set[int]:
         """End the batch's transaction: write ``done`` ((job, attempt, result JSON)), delete the
@@ -674,22 +682,31 @@ class PostgresBackend:
         """The payload announcing that a job finished, on the fixed channel ``skiplock``."""
         return f"{self.schema}:{job_id}"
 
+    @_on_session
     def savepoint(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute(self.q["savepoint"])
 
+    @_on_session
     def rollback_to_savepoint(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute(self.q["rollback_to_savepoint"])
 
+    @_on_session
     def release_savepoint(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute(self.q["release_savepoint"])
 
+    @_on_session
     def set_local_timeouts(self, conn: psycopg.Connection[Any], seconds: float) -> None:
+        """A task's ``timeout`` for this transaction, counted from now (statement, idle and, on
+        PostgreSQL 17+, transaction timeouts). Without server bounds, nothing: the watchdog bounds it."""
+        if not self.capabilities.server_bounds_lease:
+            return
         value = f"{max(1, int(seconds * 1000))}ms"
         conn.execute(self.q["set_local_timeouts"], {"value": value})
         if conn.info.server_version >= 170000:
             conn.execute(self.q["stop_local_transaction_timeout"])  # so the next one re-arms the timer
             conn.execute(self.q["set_local_transaction_timeout"], {"value": value})
 
+    @_on_session
     def complete(self, conn: psycopg.Connection[Any] | None, job: ClaimedJob, attempt: int, result_json: str | None,
                  started_at: datetime, worker: str, owner: uuid.UUID | None = None) -> bool:
         """False if the job was not written done (a cancellation was requested, or -- claimed lease --
@@ -700,6 +717,7 @@ class PostgresBackend:
                                      "notice": self.notice(job.id)}, conn)
         return bool(row[0])
 
+    @_on_session
     def record_outcome(self, conn: psycopg.Connection[Any] | None, job: ClaimedJob, attempt: int, *, state: str,
                        delay: float | None, error: str | None, started_at: datetime, worker: str,
                        uncount: bool = False, owner: uuid.UUID | None = None) -> str | None:
@@ -713,8 +731,39 @@ class PostgresBackend:
         return row[0] if row else None
 
     def terminate(self, backend_pids: Sequence[int]) -> None:
+        """End these sessions (their transactions roll back). Raises only skiplock errors."""
         if backend_pids:
-            self._all("terminate_backends", {"pids": list(backend_pids)})
+            try:
+                self._all("terminate_backends", {"pids": list(backend_pids)})
+            except psycopg.Error as exc:
+                raise translate(exc, self.dsn) from None
+
+    def finish(self, lease: Lease | None, what: Finish) -> dict[int, str]:
+        """The worker's one finishing write (base.Finish): ``done`` by ``complete`` (guarded on a
+        pending cancellation; fenced on owner for a claimed lease), any other state by
+        ``record_outcome`` (after rolling back to the job's savepoint when the write says ``undo``),
+        a batch's deferred ``done`` writes by ``complete_batch`` with the COMMIT. ``Via.FRESH`` (or no
+        lease): from a pooled connection, committed at once. Raises only skiplock errors."""
+        try:
+            if what.via is Via.BATCH_COMMIT:
+                assert lease is not None and what.batch is not None
+                writes = what.writes
+                first = writes[0] if writes else None
+                ids = self.complete_batch(lease.conn, what.batch, [(w.job, w.attempt, w.result) for w in writes],
+                                          first.started_at if first else None, first.worker if first else None)
+                return {i: "done" for i in ids}
+            (w,) = what.writes
+            conn = None if lease is None or what.via is Via.FRESH else lease.conn
+            if w.state == "done":
+                done = self.complete(conn, w.job, w.attempt, w.result, w.started_at, w.worker, w.owner)
+                return {w.job.id: "done"} if done else {}
+            if w.undo and conn is not None:
+                conn.execute(self.q["rollback_to_savepoint"])
+            state = self.record_outcome(conn, w.job, w.attempt, state=w.state, delay=w.delay, error=w.error,
+                                        started_at=w.started_at, worker=w.worker, uncount=w.uncount, owner=w.owner)
+            return {} if state is None else {w.job.id: state}
+        except psycopg.Error as exc:
+            raise translate(exc, self.dsn) from None
 
     # ---- reading -----------------------------------------------------------------------------
 
@@ -764,7 +813,11 @@ class PostgresBackend:
                                   "host": host, "pid": pid, "concurrency": concurrency})
 
     def worker_gone(self, worker_id: uuid.UUID) -> None:
-        self._one("worker_gone", {"id": worker_id})
+        """Delete this worker's row. Raises only skiplock errors."""
+        try:
+            self._one("worker_gone", {"id": worker_id})
+        except psycopg.Error as exc:
+            raise translate(exc, self.dsn) from None
 
     def live_workers(self, live_seconds: float) -> int:
         """How many workers were seen within ``live_seconds``."""
@@ -882,6 +935,7 @@ class PostgresBackend:
 
     # ---- the claimed lease -------------------------------------------------------------------
 
+    @_on_session
     def start_claimed(self, conn: psycopg.Connection[Any], job: ClaimedJob, owner: uuid.UUID, lease: float,
                       worker: str) -> tuple[int, str | None] | None:
         row = self._one("start_claimed", {"id": job.id, "owner": owner, "lease": lease, "worker": worker}, conn)

@@ -38,11 +38,6 @@ class PostgresNotifications:
     def closed(self) -> bool:
         return bool(self._conn.closed)
 
-    def notifies(self, **kwargs: Any) -> Iterator[psycopg.Notify]:
-        """The driver's own iterator (``psycopg.Connection.notifies``), for callers above the seam not
-        yet moved to :meth:`wait` (``App.wait``); it raises the driver's errors."""
-        return self._conn.notifies(**kwargs)
-
     def _translate(self, exc: psycopg.Error) -> SkiplockError:
         text = " ".join(str(exc).split()) or type(exc).__name__
         text = f"{type(exc).__name__}: {redact(text, self._dsn)}"

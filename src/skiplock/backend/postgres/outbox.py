@@ -2,7 +2,7 @@
 
 Short operations (put without a caller connection, claimed-lease claims and outcome writes, reads)
 use the PostgresBackend's autocommit pool; a transaction-lease relay gets a dedicated connection
-with the same session bounds as a worker slot (``connect_lease``), so a hung relay cannot hold its
+with the same session bounds as a worker slot (``connect_lease_connection``), so a hung relay cannot hold its
 rows forever.
 """
 
@@ -135,7 +135,7 @@ class PostgresOutboxStore:
         return PostgresOutboxLease(self, application_name)
 
     def connect(self, application_name: str) -> psycopg.Connection[Any]:
-        return self.backend.connect_lease(application_name)
+        return self.backend.connect_lease_connection(application_name)
 
     def claim_locked(self, conn: psycopg.Connection[Any], topics: Sequence[str] | None,
                      limit: int) -> list[Message]:

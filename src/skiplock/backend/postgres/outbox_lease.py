@@ -27,7 +27,7 @@ class PostgresOutboxLease:
         self._dsn = store.backend.dsn
         with translated(self._dsn):
             # The session bounds of a worker slot's lease: a hung relay cannot hold its rows forever.
-            self.conn: psycopg.Connection[Any] = store.backend.connect_lease(application_name)
+            self.conn: psycopg.Connection[Any] = store.backend.connect_lease_connection(application_name)
 
     @property
     def closed(self) -> bool:
