@@ -254,7 +254,7 @@ class App(Producer, Operations):
           committed while the insert waited for it, one lookup; concurrent batches sharing keys wait
           for each other (never deadlock) and create one job per key between them.
 
-        Fewer than 1,000 jobs (``backend.postgres.backend.COPY_MIN_JOBS``) go in one INSERT statement;
+        Fewer than 1,000 jobs (``backend.postgres.producing.COPY_MIN_JOBS``) go in one INSERT statement;
         larger batches are streamed with COPY after one statement has reserved their ids (2-3 times
         the rows per second; not on a connection in pipeline mode or with a non-UTF-8 client
         encoding, which get the INSERT)."""

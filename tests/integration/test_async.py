@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import skiplock
-from skiplock.backend.postgres.backend import KEYED_ATTEMPTS
+from skiplock.backend.postgres.producing import KEYED_ATTEMPTS
 
 
 def test_async_app_end_to_end(dsn, db):

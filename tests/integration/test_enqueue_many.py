@@ -9,7 +9,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from skiplock import InvalidJob
-from skiplock.backend.postgres.backend import COPY_MIN_JOBS
+from skiplock.backend.postgres.producing import COPY_MIN_JOBS
 
 LARGE = COPY_MIN_JOBS + 500
 # Text that COPY's text format must escape (tab, newline, carriage return, backslash), JSON escapes,

@@ -14,7 +14,7 @@ from psycopg.rows import dict_row
 
 import skiplock
 from skiplock import DuplicateJob, InvalidJob
-from skiplock.backend.postgres.backend import COPY_MIN_JOBS
+from skiplock.backend.postgres.producing import COPY_MIN_JOBS
 
 from test_enqueue_many import recording_cursor
 

@@ -12,7 +12,7 @@ import pytest
 from psycopg import sql
 
 import skiplock
-from skiplock.backend.postgres.backend import connection_lost
+from skiplock.backend.postgres.errors import connection_lost
 from skiplock.worker.executor import Executor
 
 from support import wait_for

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from skiplock import AsyncApp, InvalidJob
-from skiplock.backend.postgres.backend import COPY_MIN_JOBS
+from skiplock.backend.postgres.producing import COPY_MIN_JOBS
 from skiplock.outbox.errors import InvalidMessage
 
 from support import run_cli

@@ -139,7 +139,8 @@ def test_a_bad_item_after_good_ones_is_named_by_its_index(bad, message):
 
 # ---- unique keys in enqueue_many: checked per item, and the batch's bookkeeping (no database) ---------
 
-from skiplock.backend.postgres.backend import HolderGone, KeyedBatch, PostgresBackend  # noqa: E402
+from skiplock.backend.postgres.backend import PostgresBackend
+from skiplock.backend.postgres.producing import HolderGone, KeyedBatch  # noqa: E402
 from skiplock.errors import DuplicateJob  # noqa: E402
 
 

@@ -349,3 +349,16 @@ if __name__ == "__main__":  # pragma: no cover - prints today's lists, to start 
         print(f"    {edge!r},  # " + "; ".join(f"{imp.path.name}:{imp.line}" for imp in graph[edge]))
     for module, targets in sorted(driver_imports().items()):
         print(f"    {module!r}: {set(targets)!r},")
+
+
+def test_no_two_test_modules_share_a_name():
+    """The suite imports test files by basename (no packages under tests/): two files of one name in
+    different folders stop the whole run at collection, so the full suite would not start."""
+    tests = Path(__file__).resolve().parents[1]
+    seen: dict[str, Path] = {}
+    clashes = []
+    for path in sorted(tests.rglob("test_*.py")):
+        if path.name in seen:
+            clashes.append(f"{seen[path.name].relative_to(tests)} and {path.relative_to(tests)}")
+        seen.setdefault(path.name, path)
+    assert not clashes, "test modules sharing a name: " + "; ".join(clashes)

@@ -28,7 +28,8 @@ def open_backend(dsn: str, schema: str = "skiplock", *, lease_timeout: float = 6
     Errors show the DSN without its password."""
     found = scheme(dsn)
     if found is None or found in POSTGRES_SCHEMES:
-        from .postgres.backend import DEFAULT_CONNECT_TIMEOUT, PostgresBackend
+        from .postgres.backend import PostgresBackend
+        from .postgres.connections import DEFAULT_CONNECT_TIMEOUT
 
         return PostgresBackend(dsn, schema, lease_timeout=lease_timeout,
                                connect_timeout=DEFAULT_CONNECT_TIMEOUT if connect_timeout is None else connect_timeout)

@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..app import App
-from ..backend.postgres.backend import connect, row_of
+from ..backend.postgres.connections import connect, row_of
 
 DEMO_DB = "skiplock_demo"
 

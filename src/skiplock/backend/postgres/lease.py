@@ -26,7 +26,7 @@ from psycopg.pq import TransactionStatus
 from .errors import translate
 
 if TYPE_CHECKING:
-    from .backend import PostgresBackend
+    from .connections import PostgresConnections
 
 _INTRANS = TransactionStatus.INTRANS
 _INERROR = TransactionStatus.INERROR
@@ -71,7 +71,7 @@ class PostgresLease(PostgresSession):
 
     __slots__ = ("bounded_by_server", "_backend", "q", "_ended")
 
-    def __init__(self, conn: psycopg.Connection[Any], backend: "PostgresBackend", bounded_by_server: bool):
+    def __init__(self, conn: psycopg.Connection[Any], backend: "PostgresConnections", bounded_by_server: bool):
         super().__init__(conn, backend.dsn)
         self._backend = backend
         self.q = backend.q

@@ -1,0 +1,208 @@
+"""The lease verbs on PostgreSQL: the claim, attempts and batches, savepoints and timeouts, the
+finishing writes (``finish``), and the claimed lease's start, heartbeat and rescue. Each verb given a
+backend session (lease.py) runs on its connection and raises only skiplock errors (``_on_session``)."""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from datetime import datetime
+from typing import Any, Sequence
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from ..base import ClaimedJob, Finish, Lease, Via
+from .connections import PostgresConnections, row_of
+from .errors import translate
+from .lease import PostgresLease, PostgresSession
+
+def _on_session(verb: Any) -> Any:
+    """A verb whose first argument may be a backend session (lease.py): it runs on that session's
+    connection, and raises only skiplock errors (``errors.translate``). Given a psycopg connection
+    (the caller's own), the verb runs on it as it is."""
+
+    @functools.wraps(verb)
+    def on_session(self: "Leasing", conn: Any, *args: Any, **kwargs: Any) -> Any:
+        if conn.__class__ is PostgresLease or conn.__class__ is PostgresSession:
+            try:
+                return verb(self, conn.conn, *args, **kwargs)
+            except psycopg.Error as exc:
+                raise translate(exc, self.dsn) from None
+        return verb(self, conn, *args, **kwargs)
+
+    return on_session
+
+
+class Leasing(PostgresConnections):
+    # ---- the lease ---------------------------------------------------------------------------
+
+    @_on_session
+    def claim(self, conn: psycopg.Connection[Any], queues: Sequence[str] | None, limit: int = 1,
+              savepoint: bool = False, tasks: Sequence[str] | None = None) -> list[ClaimedJob]:
+        """Lock up to ``limit`` available jobs in this connection's transaction (the lease): of
+        ``queues`` (None: every queue), and of the task names ``tasks`` only (None: every task --
+        what a worker with ``fail_unknown_tasks`` claims). With ``savepoint``, the first job's
+        SAVEPOINT is sent in the same round trip (pipeline mode, with the transaction's BEGIN)."""
+        prefix = "claim" if tasks is None else "claim_tasks"
+        if queues and len(queues) == 1:
+            query, params = self.q[prefix], {"queue": queues[0], "limit": limit}
+        elif queues:
+            query, params = self.q[f"{prefix}_of_queues"], {"queues": list(queues), "limit": limit}
+        else:
+            query, params = self.q[f"{prefix}_any_queue"], {"limit": limit}
+        if tasks is not None:
+            params["tasks"] = list(tasks)
+        if not savepoint:
+            return [ClaimedJob(*row) for row in conn.execute(query, params).fetchall()]
+        cur = conn.cursor(row_factory=tuple_row)
+        with conn.pipeline():
+            cur.execute(query, params)
+            conn.execute(self.q["savepoint"])
+        return [ClaimedJob(*row) for row in cur.fetchall()]
+
+    @_on_session
+    def start_attempt(self, conn: psycopg.Connection[Any], job: ClaimedJob, worker: str,
+                      lease_pid: int | None, exclusive: bool = True,
+                      batch: int | None = None) -> tuple[int, str | None, str | None, bool]:
+        """Count the attempt durably, outside the job's transaction (``conn`` from connect_bookkeeping).
+        ``exclusive``: no other handler can run in this process meanwhile (a one-slot worker), so this
+        attempt is charged if it never finishes; a worker with several slots passes False. ``batch``:
+        the live batch whose transaction the job runs in (its row keeps the job; the rows of dead
+        batches no longer list it).
+        Returns (attempt number, cancellation reason if one was requested, the previous attempt's error
+        if that attempt finished but its outcome is still unrecorded -- see ``record_outcome`` --, and
+        whether the job is a suspect: its previous attempt never finished, so this one must run
+        exclusively in its process, see ``mark_exclusive``)."""
+        row = row_of(conn.execute(self.q["start_attempt"], {"id": job.id, "attempts": job.attempts, "worker": worker,
+                                                            "backend_pid": lease_pid, "exclusive": exclusive,
+                                                            "batch": batch}))
+        return int(row[0]), row[1], row[2], bool(row[3])
+
+    @_on_session
+    def mark_exclusive(self, conn: psycopg.Connection[Any], job_id: int, attempt: int) -> None:
+        conn.execute(self.q["mark_exclusive"], {"id": job_id, "attempt": attempt})
+
+    @_on_session
+    def start_batch(self, conn: psycopg.Connection[Any], jobs: Sequence[ClaimedJob], worker: str,
+                    lease_pid: int) -> tuple[int, set[int], dict[int, str]]:
+        """Mark a batch durably, outside its transaction (``conn`` from connect_bookkeeping), before its
+        first handler starts. Returns (batch id, suspects: jobs to run alone with a counted attempt,
+        {job id: cancellation reason})."""
+        batch, suspects, cancelled, reasons = row_of(conn.execute(self.q["start_batch"], {
+            "ids": [j.id for j in jobs], "attempts": [j.attempts for j in jobs], "worker": worker,
+            "backend_pid": lease_pid}))
+        return batch, set(suspects), dict(zip(cancelled, reasons))
+
+    @_on_session
+    def forget_dead_batches(self, conn: psycopg.Connection[Any], job_id: int, batch: int) -> None:
+        conn.execute(self.q["forget_dead_batches"], {"id": job_id, "batch": batch})
+
+    @_on_session
+    def complete_batch(self, conn: psycopg.Connection[Any], batch: int, done: Sequence[tuple[ClaimedJob, int, str | None]],
+                       started_at: datetime, worker: str) -> set[int]:
+        """End the batch's transaction: write ``done`` ((job, attempt, result JSON)), delete the
+        batch's row and COMMIT, in one round trip (pipeline mode). Returns the ids written; a job
+        missing was refused (a cancellation was requested) and is still queued, unlocked."""
+        cur = conn.cursor(row_factory=tuple_row)
+        with conn.pipeline():
+            cur.execute(self.q["complete_batch"], {
+                "ids": [d[0].id for d in done], "attempts": [d[1] for d in done], "results": [d[2] for d in done],
+                "started_at": started_at, "worker": worker, "batch": batch, "prefix": f"{self.schema}:"})
+            conn.commit()
+        return set(row_of(cur)[0])
+
+    @_on_session
+    def savepoint(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(self.q["savepoint"])
+
+    @_on_session
+    def rollback_to_savepoint(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(self.q["rollback_to_savepoint"])
+
+    @_on_session
+    def release_savepoint(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(self.q["release_savepoint"])
+
+    @_on_session
+    def set_local_timeouts(self, conn: psycopg.Connection[Any], seconds: float) -> None:
+        """A task's ``timeout`` for this transaction, counted from now (statement, idle and, on
+        PostgreSQL 17+, transaction timeouts). Without server bounds, nothing: the watchdog bounds it."""
+        if not self.capabilities.server_bounds_lease:
+            return
+        value = f"{max(1, int(seconds * 1000))}ms"
+        conn.execute(self.q["set_local_timeouts"], {"value": value})
+        if conn.info.server_version >= 170000:
+            conn.execute(self.q["stop_local_transaction_timeout"])  # so the next one re-arms the timer
+            conn.execute(self.q["set_local_transaction_timeout"], {"value": value})
+
+    @_on_session
+    def complete(self, conn: psycopg.Connection[Any] | None, job: ClaimedJob, attempt: int, result_json: str | None,
+                 started_at: datetime, worker: str, owner: uuid.UUID | None = None) -> bool:
+        """False if the job was not written done (a cancellation was requested, or -- claimed lease --
+        the lease is no longer ``owner``'s). ``conn`` None (claimed lease only: the fence is the lease,
+        not a lock): a pooled connection, committed at once."""
+        row = self._one("complete", {"id": job.id, "attempt": attempt, "result": result_json,
+                                     "started_at": started_at, "worker": worker, "owner": owner,
+                                     "notice": self.notice(job.id)}, conn)
+        return bool(row[0])
+
+    @_on_session
+    def record_outcome(self, conn: psycopg.Connection[Any] | None, job: ClaimedJob, attempt: int, *, state: str,
+                       delay: float | None, error: str | None, started_at: datetime, worker: str,
+                       uncount: bool = False, owner: uuid.UUID | None = None) -> str | None:
+        """Write a retry/failed/cancelled outcome; returns the state written, None if skipped (or,
+        claimed lease, fenced off because the lease is no longer ``owner``'s). Transaction lease
+        (``conn`` None): a row still locked by another session is skipped without waiting, and the
+        error is kept in job_attempts until the job's next finishing write records it."""
+        row = self._one("record_outcome", {
+            "id": job.id, "attempt": attempt, "state": state, "delay": delay, "error": error, "owner": owner,
+            "started_at": started_at, "worker": worker, "uncount": uncount, "notice": self.notice(job.id)}, conn)
+        return row[0] if row else None
+
+    def finish(self, lease: Lease | None, what: Finish) -> dict[int, str]:
+        """The worker's one finishing write (base.Finish): ``done`` by ``complete`` (guarded on a
+        pending cancellation; fenced on owner for a claimed lease), any other state by
+        ``record_outcome`` (after rolling back to the job's savepoint when the write says ``undo``),
+        a batch's deferred ``done`` writes by ``complete_batch`` with the COMMIT. ``Via.FRESH`` (or no
+        lease): from a pooled connection, committed at once. Raises only skiplock errors."""
+        try:
+            if what.via is Via.BATCH_COMMIT:
+                assert lease is not None and what.batch is not None
+                writes = what.writes
+                first = writes[0] if writes else None
+                ids = self.complete_batch(lease.conn, what.batch, [(w.job, w.attempt, w.result) for w in writes],
+                                          first.started_at if first else None, first.worker if first else None)
+                return {i: "done" for i in ids}
+            (w,) = what.writes
+            conn = None if lease is None or what.via is Via.FRESH else lease.conn
+            if w.state == "done":
+                done = self.complete(conn, w.job, w.attempt, w.result, w.started_at, w.worker, w.owner)
+                return {w.job.id: "done"} if done else {}
+            if w.undo and conn is not None:
+                conn.execute(self.q["rollback_to_savepoint"])
+            state = self.record_outcome(conn, w.job, w.attempt, state=w.state, delay=w.delay, error=w.error,
+                                        started_at=w.started_at, worker=w.worker, uncount=w.uncount, owner=w.owner)
+            return {} if state is None else {w.job.id: state}
+        except psycopg.Error as exc:
+            raise translate(exc, self.dsn) from None
+
+    # ---- the claimed lease -------------------------------------------------------------------
+
+    @_on_session
+    def start_claimed(self, conn: psycopg.Connection[Any], job: ClaimedJob, owner: uuid.UUID, lease: float,
+                      worker: str) -> tuple[int, str | None] | None:
+        row = self._one("start_claimed", {"id": job.id, "owner": owner, "lease": lease, "worker": worker}, conn)
+        return (int(row[0]), row[1]) if row else None
+
+    def heartbeat(self, leases: Sequence[tuple[int, uuid.UUID, float]]) -> set[int]:
+        """Extend these leases; returns the ids still owned."""
+        rows = self._all("heartbeat", {"ids": [x[0] for x in leases], "owners": [x[1] for x in leases],
+                                       "leases": [x[2] for x in leases]})
+        return {r[0] for r in rows}
+
+    def rescue_expired(self, batch: int = 1000) -> list[tuple[int, str]]:
+        return [(r[0], r[1]) for r in self._all("rescue_expired", {"batch": batch, "prefix": f"{self.schema}:"})]
+
+    def cancel_running(self, job_id: int) -> bool:
+        return self._one("cancel_running", {"id": job_id, "notice": self.notice(job_id)}) is not None
