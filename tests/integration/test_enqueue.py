@@ -120,15 +120,17 @@ def test_a_pooled_connection_ended_by_the_server_is_replaced_not_used(app, db):
 
 def test_an_error_on_a_live_pooled_session_is_not_reported_as_a_lost_connection(app, db):
     """psycopg files deadlocks and cancelled statements under OperationalError, like a dropped
-    connection; only the latter is DatabaseUnavailable."""
-    from skiplock.errors import DatabaseUnavailable
+    connection; only the latter is DatabaseUnavailable (ConnectionLost). The former is a skiplock
+    DatabaseError carrying the server's SQLSTATE -- never the driver's own exception."""
+    from skiplock.errors import ConnectionLost, DatabaseError, DatabaseUnavailable
 
     db.execute(psycopg.sql.SQL("ALTER DATABASE {} SET statement_timeout = '50ms'").format(
         psycopg.sql.Identifier(db.info.dbname)))
     app.close()
-    with pytest.raises(psycopg.errors.QueryCanceled):
+    with pytest.raises(DatabaseError) as refused:
         with app.backend._conn() as conn:
             conn.execute("SELECT pg_sleep(1)")
-    with pytest.raises(DatabaseUnavailable):
+    assert refused.value.sqlstate == "57014" and not isinstance(refused.value, DatabaseUnavailable)  # query_canceled
+    with pytest.raises(ConnectionLost):
         with app.backend._conn() as conn:
             conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")

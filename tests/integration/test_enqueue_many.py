@@ -9,6 +9,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from skiplock import InvalidJob
+from skiplock.errors import DatabaseError
 from skiplock.backend.postgres.producing import COPY_MIN_JOBS
 
 LARGE = COPY_MIN_JOBS + 500
@@ -98,8 +99,9 @@ def _refused_late(n: int = 2 * COPY_MIN_JOBS) -> list[tuple]:
 
 def test_a_batch_the_server_refuses_midway_leaves_nothing(app, db):
     _forbid_queue(db)
-    with pytest.raises(psycopg.errors.CheckViolation):
+    with pytest.raises(DatabaseError, match="CheckViolation") as refused:  # a skiplock error, not the driver's
         app.enqueue_many(_refused_late())
+    assert refused.value.sqlstate == "23514"  # check_violation
     assert _count(db) == 0
     assert len(app.enqueue_many([("t", {})] * LARGE)) == LARGE  # the pooled connection is fine
     assert _count(db) == LARGE
@@ -109,7 +111,7 @@ def test_on_an_autocommit_connection_the_batch_is_still_all_or_nothing(app, dsn,
     _forbid_queue(db)
     db.execute("LISTEN skiplock")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        with pytest.raises(psycopg.errors.CheckViolation):
+        with pytest.raises(DatabaseError, match="CheckViolation"):
             app.enqueue_many(_refused_late(), conn=conn)
         assert _count(db) == 0
         assert list(db.notifies(timeout=0.3)) == []  # the wake-up went with the failed transaction
@@ -141,7 +143,7 @@ def test_a_server_refusal_aborts_the_callers_transaction_like_any_failed_stateme
     _forbid_queue(db)
     with psycopg.connect(dsn) as conn:
         conn.execute("CREATE TABLE mine (x int)")
-        with pytest.raises(psycopg.errors.CheckViolation):
+        with pytest.raises(DatabaseError, match="CheckViolation"):
             app.enqueue_many(_refused_late(), conn=conn)
         with pytest.raises(psycopg.errors.InFailedSqlTransaction):
             conn.execute("INSERT INTO mine VALUES (1)")

@@ -31,10 +31,10 @@ from psycopg import conninfo as pg_conninfo
 from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ...errors import DatabaseUnavailable, redact, redact_dsn
+from ...errors import ConnectionLost, DatabaseUnavailable, redact, redact_dsn
 from ...reconnect import quiet_driver_noise
 from ..base import Capabilities
-from .errors import CONNECTION_LOST, one_line, session_gone, translate
+from .errors import connection_lost, one_line, translate
 from .lease import PostgresLease, PostgresSession
 from .notifications import PostgresNotifications
 from .queries import load_queries
@@ -232,7 +232,8 @@ class PostgresConnections:
 
     @contextmanager
     def _conn(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled autocommit connection, with a clear error when the server is gone. Connections
+        """A pooled autocommit connection, with a clear error when the server is gone (``ConnectionLost``)
+        and any other driver error as :class:`~skiplock.errors.DatabaseError`. Connections
         are checked as they leave the pool, so one killed by a server restart is replaced, not used."""
         pool = self.pool()
         try:
@@ -247,11 +248,11 @@ class PostgresConnections:
                 self._pool_errors = errors
                 self._discard_pool(pool)
             raise DatabaseUnavailable(self._no_connection(None if unreachable else pool)) from None
-        except CONNECTION_LOST as exc:
-            if not session_gone(exc):
-                raise
-            raise DatabaseUnavailable(f"lost the connection to PostgreSQL ({redact_dsn(self.dsn)}): "
-                                      f"{redact(one_line(exc), self.dsn)}") from None
+        except psycopg.Error as exc:  # the port raises only skiplock errors
+            if connection_lost(exc):
+                raise ConnectionLost(f"lost the connection to PostgreSQL ({redact_dsn(self.dsn)}): "
+                                     f"{redact(one_line(exc), self.dsn)}") from None
+            raise translate(exc, self.dsn) from None  # DatabaseError: refused on a live session
 
     def connect_lease(self, application_name: str = "skiplock-worker") -> PostgresLease:
         """A dedicated connection for one worker slot, as a :class:`PostgresLease`: its transactions
@@ -315,10 +316,7 @@ class PostgresConnections:
     def terminate(self, backend_pids: Sequence[int]) -> None:
         """End these sessions (their transactions roll back). Raises only skiplock errors."""
         if backend_pids:
-            try:
-                self._all("terminate_backends", {"pids": list(backend_pids)})
-            except psycopg.Error as exc:
-                raise translate(exc, self.dsn) from None
+            self._all("terminate_backends", {"pids": list(backend_pids)})
 
     def notice(self, job_id: int) -> str:
         """The payload announcing that a job finished, on the fixed channel ``skiplock``."""
@@ -327,10 +325,14 @@ class PostgresConnections:
     # ---- plumbing ----------------------------------------------------------------------------
 
     def _one(self, name: str, params: dict[str, Any] | None = None, conn: Any = None) -> Any:
-        """Run a named statement (on ``conn``, else a pooled connection); its first row or None."""
+        """Run a named statement (on ``conn``, else a pooled connection); its first row or None.
+        Driver errors come out as skiplock errors either way."""
         if conn is not None:
-            cur = conn.cursor(row_factory=tuple_row).execute(self.q[name], params)
-            return cur.fetchone() if cur.description else None
+            try:
+                cur = conn.cursor(row_factory=tuple_row).execute(self.q[name], params)
+                return cur.fetchone() if cur.description else None
+            except psycopg.Error as exc:
+                raise translate(exc, self.dsn) from None
         with self._conn() as c:
             cur = c.execute(self.q[name], params)
             return cur.fetchone() if cur.description else None

@@ -57,6 +57,9 @@ def one_line(exc: BaseException) -> str:
 
 
 
+UNIQUE_VIOLATION = "23505"  # the SQLSTATE of a unique index refusing a row (DatabaseError.sqlstate)
+
+
 def translate(exc: psycopg.Error, dsn: str | None = None) -> SkiplockError:
     """The skiplock error for a driver error (see the module docstring)."""
     text = f"{type(exc).__name__}: {redact(one_line(exc), dsn)}"

@@ -10,10 +10,10 @@ from typing import Any, Sequence
 import psycopg
 from psycopg.rows import dict_row
 
-from ...errors import DatabaseUnavailable
+from ...errors import DatabaseError, DatabaseUnavailable
 from ..base import NewJob
 from .connections import row_of
-from .errors import translate
+from .errors import UNIQUE_VIOLATION, translate
 from .producing import KEYED_ATTEMPTS, Producing
 
 class Operating(Producing):
@@ -66,10 +66,7 @@ class Operating(Producing):
 
     def worker_gone(self, worker_id: uuid.UUID) -> None:
         """Delete this worker's row. Raises only skiplock errors."""
-        try:
-            self._one("worker_gone", {"id": worker_id})
-        except psycopg.Error as exc:
-            raise translate(exc, self.dsn) from None
+        self._one("worker_gone", {"id": worker_id})
 
     def live_workers(self, live_seconds: float) -> int:
         """How many workers were seen within ``live_seconds``."""
@@ -99,7 +96,9 @@ class Operating(Producing):
         a queued or running job holds its unique_key (also one committed during this statement)."""
         try:
             return self._one("retry_job", {"id": job_id}) is not None
-        except psycopg.errors.UniqueViolation:
+        except DatabaseError as exc:
+            if exc.sqlstate != UNIQUE_VIOLATION:
+                raise
             return False
 
     def unique_key_holder(self, unique_key: str) -> tuple[int, str] | None:
@@ -114,8 +113,9 @@ class Operating(Producing):
         for _ in range(KEYED_ATTEMPTS):
             try:
                 return [(int(r[0]), r[1], bool(r[2]), r[3]) for r in self._all("retry_failed", {"queue": queue})]
-            except psycopg.errors.UniqueViolation:
-                continue
+            except DatabaseError as exc:
+                if exc.sqlstate != UNIQUE_VIOLATION:
+                    raise
         raise DatabaseUnavailable(f"unique keys of failed jobs kept changing hands over {KEYED_ATTEMPTS} attempts; "
                                   "try again")
 

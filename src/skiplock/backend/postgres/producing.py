@@ -11,6 +11,7 @@ from psycopg.rows import tuple_row
 from ...errors import DatabaseUnavailable, DuplicateJob
 from ..base import NewJob
 from .connections import PostgresConnections
+from .errors import translated
 from .steps import Steps, T, Undoable, run, run_async
 
 # A batch of at least this many jobs is inserted with COPY instead of one INSERT … unnest statement:
@@ -157,10 +158,11 @@ class Producing(PostgresConnections):
             # half-way (a client encoding other than UTF-8 may not represent some text: the INSERT
             # path fails on it before sending anything, leaving the caller's transaction usable).
             if not conn.pgconn.pipeline_status and conn.info.encoding == "utf-8":
-                if conn.autocommit:  # two statements: a transaction of their own, all or nothing
-                    with conn.transaction():
-                        return self._copy_jobs(conn, jobs)
-                return self._copy_jobs(conn, jobs)  # in the caller's transaction (begun if none is open)
+                with translated(self.dsn):
+                    if conn.autocommit:  # two statements: a transaction of their own, all or nothing
+                        with conn.transaction():
+                            return self._copy_jobs(conn, jobs)
+                    return self._copy_jobs(conn, jobs)  # in the caller's transaction (begun if none is open)
         return self.run(self.enqueue_steps(jobs), conn)
 
     # Every enqueue is one of these steps generators (see steps.py), run by :meth:`run` on a
@@ -196,16 +198,21 @@ class Producing(PostgresConnections):
 
     def run(self, steps: Steps[T], conn: Any = None) -> T:
         """Run steps on ``conn`` (the caller's psycopg Connection, in its transaction), else on a
-        pooled autocommit connection."""
+        pooled autocommit connection. Driver errors come out as skiplock errors (on the caller's
+        connection too: a refused statement is a ``DatabaseError`` with the server's ``sqlstate``, and
+        the caller's transaction is then aborted as after any failed statement)."""
         _not_async(conn)
         if conn is not None:
-            return run(conn, steps)
+            with translated(self.dsn):
+                return run(conn, steps)
         with self._conn() as c:
             return run(c, steps)
 
     async def run_async(self, steps: Steps[T], conn: "psycopg.AsyncConnection[Any]") -> T:
-        """Run steps on the caller's ``AsyncConnection``, in its current transaction."""
-        return await run_async(conn, steps)
+        """Run steps on the caller's ``AsyncConnection``, in its current transaction; driver errors
+        come out as skiplock errors, as from :meth:`run`."""
+        with translated(self.dsn):
+            return await run_async(conn, steps)
 
     def _copy_jobs(self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob]) -> list[int]:
         """Inside a transaction: one statement reserves the ids (in input order), reads the
