@@ -67,6 +67,21 @@ def test_a_killed_listener_reconnects_and_relistens(app, effects, db):
         thread.join(30)
 
 
+def test_a_wake_up_that_comes_while_a_slot_is_claiming_is_not_lost(app):
+    """A NOTIFY that arrives while the slot is still in its (empty) claim finds nobody waiting on the
+    wake-up condition; the slot must not then sleep a whole poll interval through it (its job may
+    have committed after the claim's snapshot). Seen as a 20 s timeout of the killed-listener test
+    above on a loaded machine: the listener's reconnect woke the slot, the test's job was enqueued
+    while that claim ran, and the slot slept for its 60 s poll."""
+    worker = app.worker(concurrency=1, poll_interval=60, handle_signals=False, maintenance=False)
+    since = worker._wakes  # the slot begins a claim ...
+    worker.wake(every=False)  # ... and a wake-up arrives meanwhile, with no slot waiting
+    returned = threading.Event()
+    threading.Thread(target=lambda: (worker._idle(since), returned.set()), daemon=True).start()
+    assert returned.wait(10), "the slot slept through a wake-up that came while it was claiming"
+    worker.stop()
+
+
 def test_batched_claims_drain_exactly_once(app, effects):
     app.task(name="effect")(record)
     ids = app.enqueue_many([("effect", {})] * 1000)

@@ -125,6 +125,7 @@ class Worker:
         self.listen = listen
         self.listener: Listener | None = None
         self._wake_up = threading.Condition()
+        self._wakes = 0  # wake-ups so far: a slot that was claiming when one came does not then sleep
         self.maintenance = maintenance
         self.prune_interval = prune_interval
         self.services: list[Service] = []
@@ -144,14 +145,19 @@ class Worker:
         log2(n) claim round trips, not n one after another, while a single job does not send every
         idle slot to the database for nothing."""
         with self._wake_up:
+            self._wakes += 1
             if every:
                 self._wake_up.notify_all()
             else:
                 self._wake_up.notify(slots)
 
-    def _idle(self) -> None:
+    def _idle(self, since: int) -> None:
+        """Wait for a wake-up or ``poll_interval`` -- unless one came since ``since`` (the count when
+        this slot began the claim that found nothing): a NOTIFY that arrived while the slot was busy
+        claiming found nobody waiting, and its job may have committed after the claim's snapshot, so
+        the slot claims again at once instead of sleeping through it."""
         with self._wake_up:
-            if not self._stopping.is_set():
+            if not self._stopping.is_set() and self._wakes == since:
                 self._wake_up.wait(self.poll_interval)
 
     def stop(self, abort: bool = False) -> None:
@@ -319,6 +325,7 @@ class Worker:
                         continue
                     try:
                         began = time.perf_counter()
+                        wakes = self._wakes
                         claimed, turn = self._claim(lease, size, executor, index)
                         if backoff.failures:  # the connection works: an outage (if any) is over
                             recovery.connected(f"slot {slot_name}")
@@ -349,7 +356,7 @@ class Worker:
                     if not claimed:
                         if self._stop_when_empty:
                             return
-                        self._idle()
+                        self._idle(wakes)
                 except Exception as exc:  # noqa: BLE001 - a slot never dies; it reconnects with backoff
                     if self.stats.aborted:
                         return
