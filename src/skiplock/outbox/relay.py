@@ -203,6 +203,8 @@ class Relay(Loop):
         return self.stats
 
     def on_start(self) -> None:
+        if self.app.metrics is not None:  # its delivery counters, read at scrape time (observability/metrics.py)
+            self.app.metrics.attach(self)
         self._pool = cf.ThreadPoolExecutor(self.concurrency, thread_name_prefix="skiplock-deliver")
         quiet_driver_noise()
         self.listener = None
@@ -228,6 +230,8 @@ class Relay(Loop):
         self._close_lease()
 
     def on_stop(self) -> None:
+        if self.app.metrics is not None:
+            self.app.metrics.detach(self)
         if self.listener is not None:
             self.listener.stop()
         if self._pool is not None:

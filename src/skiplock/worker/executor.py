@@ -47,7 +47,7 @@ from ..job import Cancelled, Done, Failed, Outcome
 from .batching import BatchPolicy, BatchRun  # noqa: F401 - BatchRun: public here too
 from .bookkeeping import Bookkeeping
 from .claimed import run_claimed
-from .completer import Completer
+from .completer import CancelledWhileRunning, Completer
 from .failures import (MAX_ERROR_CHARS, ResultNotStorable, decide_failure, format_error)  # noqa: F401 - public here too
 from .gate import RunGate
 from .handler import Handlers, JobTimeout, LeaseTimeout, make_job  # noqa: F401 - public here too
@@ -98,7 +98,11 @@ class Executor:
         handlers = self.handlers
         handlers.reset()
         with self.gate.shared():
-            run = self._run_batch(lease, batch, slot, budget, stopping)
+            try:
+                run = self._run_batch(lease, batch, slot, budget, stopping)
+            except CancelledWhileRunning as ended:  # recorded cancelled (durable); the slot reconnects
+                handlers.reporter.finished([ended.claimed], [ended.outcome], handlers.ran)
+                raise
         run.handler_seconds = handlers.seconds
         if run.jobs is not None:  # durable now: logs, hooks, metrics (observability/reporting.py)
             handlers.reporter.finished(run.jobs, run.outcomes, handlers.ran)

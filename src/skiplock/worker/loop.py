@@ -30,6 +30,7 @@ from ..maintenance.rescuer import Rescuer
 from ..maintenance.service import Service
 from ..reconnect import Reconnects, quiet_driver_noise
 from .batching import DEFAULT_BATCH_SIZE, BatchPolicy, ClaimSize
+from .completer import CancelledWhileRunning
 from .executor import Executor
 from .governor import Governor
 from .heartbeat import Heartbeat
@@ -366,6 +367,11 @@ class Worker:
                         if self._stop_when_empty:
                             return
                         self._idle()
+                except CancelledWhileRunning as cancelled:  # logged by the reporter; a new session, no outage
+                    self.stats.count(cancelled.outcome)
+                    if lease is not None:
+                        lease.close()
+                        lease = None
                 except Exception as exc:  # noqa: BLE001 - a slot never dies; it reconnects with backoff
                     if self.stats.aborted:
                         return
