@@ -87,6 +87,7 @@ class App(Producer, Operations):
         self.embedded_server: Any = None
         self.hooks = Hooks()  # app.on(event, fn): skiplock.observability.hooks
         self.metrics: Any = None  # app.enable_metrics(): skiplock.observability.metrics.Metrics
+        self.tracing: Any = None  # app.enable_tracing(): skiplock.observability.tracing.Tracing
 
     # ---- configuration -----------------------------------------------------------------------
 
@@ -228,6 +229,16 @@ class App(Producer, Operations):
             self.metrics = Metrics(self, registry)
         return self.metrics
 
+    def enable_tracing(self, tracer_provider: Any = None) -> Any:
+        """Make OpenTelemetry spans for enqueue, claim and execute, the job carrying its enqueuer's trace
+        context to its handler (needs ``pip install 'skiplock[otel]'``; the global tracer provider, or
+        ``tracer_provider``). Returns the :class:`skiplock.observability.tracing.Tracing`. Idempotent."""
+        if self.tracing is None:
+            from .observability.tracing import Tracing
+
+            self.tracing = Tracing(self, tracer_provider)
+        return self.tracing
+
     # ---- producing (the checks: skiplock.producing) ---------------------------------------------
 
     def enqueue(self, task: str, args: Mapping[str, Any] | None = None, *, queue: str | None = None,
@@ -244,7 +255,12 @@ class App(Producer, Operations):
         job = self._new_job(task, args, queue, priority, run_at, delay, max_attempts)
         unique_key = _check_unique(unique_key, on_conflict)
         backend = self._ready()
-        job_id = backend.run(_enqueue_steps(backend, job, unique_key, on_conflict), conn)
+        if self.tracing is None:
+            job_id = backend.run(_enqueue_steps(backend, job, unique_key, on_conflict), conn)
+        else:  # the enqueue span, and its context kept with the job (observability/tracing.py)
+            with self.tracing.enqueue(job.task, job.queue, 1) as keep:
+                job_id = backend.run(_enqueue_steps(backend, job, unique_key, on_conflict), conn)
+                keep([job_id], conn)
         if self.metrics is not None or self.hooks.active:
             enqueued(self, [job], [job_id])
         return job_id
@@ -289,14 +305,21 @@ class App(Producer, Operations):
         new, keyed = self._new_jobs(jobs)
         if not new:
             return []
-        if not keyed:
-            ids = self._ready().enqueue(new, conn)
+        if self.tracing is not None:  # the enqueue span, and its context kept with the jobs
+            with self.tracing.enqueue(new[0].task, new[0].queue, len(new)) as keep:
+                ids = self._insert_many(new, keyed, conn)
+                keep(ids, conn)
         else:
-            batch = self.backend.keyed_batch(new, keyed)  # in-call duplicates with on_conflict="raise": refused before any I/O
-            ids = self._ready().enqueue_keyed(batch, conn)
+            ids = self._insert_many(new, keyed, conn)
         if self.metrics is not None or self.hooks.active:
             enqueued(self, new, ids)
         return ids
+
+    def _insert_many(self, new: list[Any], keyed: dict[int, tuple[str, str]], conn: Any) -> list[int]:
+        if not keyed:
+            return self._ready().enqueue(new, conn)
+        batch = self.backend.keyed_batch(new, keyed)  # in-call duplicates with on_conflict="raise": refused before any I/O
+        return self._ready().enqueue_keyed(batch, conn)
 
     # ---- periodic ------------------------------------------------------------------------------
 

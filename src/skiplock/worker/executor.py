@@ -114,6 +114,7 @@ class Executor:
         if alone:
             task = self.app.tasks[batch[0].task]
             if task.lease == "claimed":
+                self.handlers.take_trace_contexts(lease, batch[:1])  # tracing on: before the claim's COMMIT
                 return BatchRun([self.run_claimed(lease, batch[0], task, slot)], alone=True, jobs=batch[:1])
             batch = batch[:1]
         else:

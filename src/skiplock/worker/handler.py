@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import threading
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..errors import DatabaseError, DatabaseUnavailable
 from ..job import Cancel, Cancelled, Done, Job, JobState, Outcome, Snooze, Snoozed
 from ..values import to_json
-from ..observability.reporting import JobReporter
+from ..observability.reporting import JobReporter, outcome_name
 from .failures import ResultNotStorable, decide_failure, describe, format_error  # noqa: F401 - describe: public here
 
 if TYPE_CHECKING:
@@ -80,9 +81,34 @@ class Handlers:
     def reset(self) -> None:
         self._local.handler_seconds = 0.0
         self._local.ran = {}
+        self._local.carriers = None
 
     def handle(self, task: "Task", job: Job, claimed: "ClaimedJob", attempt: int, lease: "Lease") -> Outcome:
-        """Call the handler and turn what happened into an outcome."""
+        """Call the handler and turn what happened into an outcome; with tracing on, in its execute
+        span, the enqueuer's span its parent (observability/tracing.py)."""
+        tracing = self.app.tracing
+        if tracing is None:
+            return self._handle(task, job, claimed, attempt, lease)
+        carriers = getattr(self._local, "carriers", None)
+        carrier = carriers.pop(claimed.id, None) if carriers else None
+        if carrier is None and lease.in_transaction():  # a transaction lease: taken in its transaction
+            carrier = tracing.take(lease, [claimed]).get(claimed.id)
+        started = tracing.start_execute(claimed, attempt, carrier)
+        outcome: Outcome | None = None
+        try:
+            outcome = self._handle(task, job, claimed, attempt, lease)
+            return outcome
+        finally:
+            tracing.end_execute(started, "error" if outcome is None else outcome_name(outcome),
+                                getattr(outcome, "error", None))
+
+    def take_trace_contexts(self, lease: "Lease", jobs: "list[ClaimedJob]") -> None:
+        """A claimed lease's jobs: their trace contexts, taken before the claim's COMMIT (tracing on)."""
+        tracing = self.app.tracing
+        if tracing is not None:
+            self._local.carriers = tracing.take(lease, jobs)
+
+    def _handle(self, task: "Task", job: Job, claimed: "ClaimedJob", attempt: int, lease: "Lease") -> Outcome:
         reporter = self.reporter
         if reporter.wants_start:
             reporter.started(claimed, attempt)
@@ -130,7 +156,9 @@ class Handlers:
             finally:
                 finished.set()
 
-        threading.Thread(target=target, name=f"skiplock-job-{job.id}", daemon=True).start()
+        # in the slot thread's context (the execute span stays current in the handler's own thread)
+        threading.Thread(target=contextvars.copy_context().run, args=(target,), name=f"skiplock-job-{job.id}",
+                         daemon=True).start()
         if not finished.wait(task.timeout):
             raise JobTimeout(f"job exceeded its timeout of {task.timeout:g}s")
         if "error" in box:

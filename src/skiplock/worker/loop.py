@@ -294,7 +294,13 @@ class Worker:
                 return [], False
         try:
             lease.begin()
-            claimed = self.app.backend.claim(lease, self.queues, limit, tasks=self._claim_tasks)
+            tracing = self.app.tracing
+            if tracing is None:
+                claimed = self.app.backend.claim(lease, self.queues, limit, tasks=self._claim_tasks)
+            else:  # the claim span (observability/tracing.py)
+                with tracing.claim(f"{self.name}/{index}") as span:
+                    claimed = self.app.backend.claim(lease, self.queues, limit, tasks=self._claim_tasks)
+                    span.set_attribute("skiplock.claimed", len(claimed))
             if len(claimed) > 1 and executor.alone(claimed[0].task):
                 # A job that runs alone came first: let the others go at once, take one.
                 size.alone()

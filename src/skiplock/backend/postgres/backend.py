@@ -353,6 +353,12 @@ class PostgresBackend:
         if ready:
             ConnectionPool.check_connection(conn)
 
+    def trace_store(self) -> Any:
+        """The trace-context store (``tracing.py``), used only when tracing is on (``base.TraceStore``)."""
+        from .tracing import PostgresTraceStore
+
+        return PostgresTraceStore(self)
+
     @contextmanager
     def _conn(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled autocommit connection, with a clear error when the server is gone. Connections

@@ -1,0 +1,90 @@
+"""OpenTelemetry traces (observability/tracing.py) with the SDK's in-memory exporter on real worker
+runs: request -> enqueue -> execute -> downstream call is one trace, the execute span a child of the
+enqueue span, for both lease modes and for enqueue_many; nothing stored when tracing is off."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+
+@pytest.fixture
+def traced(app):
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    app.enable_tracing(provider)
+    yield provider.get_tracer("the-web-app"), exporter
+    provider.shutdown()
+
+
+def by_name(exporter):
+    spans = {}
+    for span in exporter.get_finished_spans():
+        spans.setdefault(span.name, []).append(span)
+    return spans
+
+
+def traces_left(db):
+    return db.execute("SELECT count(*) FROM skiplock.job_traces").fetchone()[0]
+
+
+@pytest.mark.parametrize("lease", ["transaction", "claimed"])
+def test_one_trace_from_the_request_to_the_handlers_downstream_call(app, db, traced, lease):
+    tracer, exporter = traced
+
+    @app.task(name="send", queue="mail", lease=lease)
+    def send(job, to):
+        job.conn.execute("SELECT 1")
+        with tracer.start_as_current_span("downstream call"):
+            pass
+
+    with tracer.start_as_current_span("POST /signup"):
+        job_id = app.enqueue("send", {"to": "a@example.com"})
+    assert traces_left(db) == 1
+    app.worker(concurrency=1, handle_signals=False).run(stop_when_empty=True)
+    assert app.get_job(job_id).state == "done"
+    spans = by_name(exporter)
+    request, = spans["POST /signup"]
+    enqueue, = spans["skiplock enqueue send"]
+    execute, = spans["skiplock execute send"]
+    downstream, = spans["downstream call"]
+    trace_id = request.context.trace_id
+    assert {s.context.trace_id for s in (enqueue, execute, downstream)} == {trace_id}
+    assert enqueue.parent.span_id == request.context.span_id
+    assert execute.parent.span_id == enqueue.context.span_id  # the job carried the context
+    assert downstream.parent.span_id == execute.context.span_id
+    assert execute.attributes["skiplock.job_id"] == job_id and execute.attributes["skiplock.outcome"] == "done"
+    assert execute.attributes["messaging.destination.name"] == "mail"
+    assert "to" not in str(dict(execute.attributes)) and "example.com" not in str(dict(enqueue.attributes))
+    assert spans["skiplock claim"]
+    assert traces_left(db) == 0  # consumed by the attempt that committed
+
+
+def test_enqueue_many_jobs_continue_the_batch_span_and_a_failure_is_an_error(app, traced):
+    tracer, exporter = traced
+
+    @app.task(name="fast", max_attempts=1)
+    def fast(job, n):
+        if n == 3:
+            raise ValueError("three")
+
+    with tracer.start_as_current_span("import"):
+        ids = app.enqueue_many([("fast", {"n": n}) for n in range(5)])
+    app.worker(concurrency=1, handle_signals=False).run(stop_when_empty=True)
+    spans = by_name(exporter)
+    enqueue, = spans["skiplock enqueue fast"]
+    executes = spans["skiplock execute fast"]
+    assert sorted(s.attributes["skiplock.job_id"] for s in executes) == ids
+    assert {s.parent.span_id for s in executes} == {enqueue.context.span_id}
+    failed = [s for s in executes if s.status.status_code == StatusCode.ERROR]
+    assert [s.attributes["skiplock.outcome"] for s in failed] == ["failed"] and "three" in failed[0].status.description
+
+
+def test_nothing_is_stored_when_tracing_is_off(app, db):
+    app.enqueue("anything")
+    app.enqueue_many([("anything", {}) for _ in range(3)])
+    assert traces_left(db) == 0
