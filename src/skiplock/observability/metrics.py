@@ -74,7 +74,9 @@ class Metrics:
                                   buckets=DURATION_BUCKETS, registry=r)
         self.queue_wait = Histogram("skiplock_job_queue_wait_seconds", "From due (run_at) to claimed.", labels,
                                     buckets=WAIT_BUCKETS, registry=r)
+        self.running: set[int] = set()  # ids of the jobs whose handler runs now (set.add/discard: no lock)
         self.in_flight = Gauge("skiplock_jobs_in_flight", "Handlers running now in this process.", registry=r)
+        self.in_flight.set_function(lambda: len(self.running))
         self.ready = Gauge("skiplock_queue_ready_jobs", "Jobs due now, per queue (sampled).", ("queue",), registry=r)
         self.oldest = Gauge("skiplock_queue_oldest_ready_age_seconds", "Age of the oldest job due now (sampled).",
                             ("queue",), registry=r)
@@ -86,6 +88,7 @@ class Metrics:
         self.relays: list[Any] = []
         self._queues: set[str] = set()
         self._children: dict[tuple[str, str], tuple[Any, Any, Any, Any]] = {}
+        self._finished: dict[tuple[str, str, str], Any] = {}
         self._lock = threading.Lock()
         r.register(_RunnerCollector(self))
 
@@ -128,16 +131,24 @@ class Metrics:
         series = self._series(claimed.task, claimed.queue)
         series[1].inc()
         series[3].observe(max(0.0, (claimed.claimed_at - claimed.run_at).total_seconds()))
-        self.in_flight.inc()
+        self.running.add(claimed.id)
 
     def job_ended(self, claimed: "ClaimedJob") -> None:
-        self.in_flight.dec()
+        self.running.discard(claimed.id)
 
-    def job_finished(self, claimed: "ClaimedJob", outcome: str, seconds: float | None) -> None:
-        task, queue = self.labels(claimed.task, claimed.queue)
-        self.finished_total.labels(task, queue, outcome).inc()
-        if seconds is not None:
-            self._series(claimed.task, claimed.queue)[2].observe(seconds)
+    def jobs_finished(self, finished: "dict[tuple[str, str, str], int]") -> None:
+        """One claim's finished jobs, counted by (task, queue, outcome): one increment per key."""
+        for key, n in finished.items():
+            child = self._finished.get(key)
+            if child is None:
+                task, queue = self.labels(key[0], key[1])
+                child = self.finished_total.labels(task, queue, key[2])
+                if len(self._finished) < 10_000:
+                    self._finished[key] = child
+            child.inc(n)
+
+    def job_duration(self, claimed: "ClaimedJob", seconds: float) -> None:
+        self._series(claimed.task, claimed.queue)[2].observe(seconds)
 
     def attach(self, runner: Any) -> None:
         """Read a worker's (``Worker``) or relay's (``Relay``) counters at scrape time."""

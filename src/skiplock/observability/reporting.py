@@ -79,11 +79,18 @@ class JobReporter:
         (attempt, handler seconds) of the jobs whose handler ran."""
         hooks, metrics = self.hooks, self.metrics
         info = log.isEnabledFor(_INFO)
+        quiet = not info and metrics is None and not hooks.active  # only failures have something to say
+        counts: dict[tuple[str, str, str], int] = {}
         for claimed, outcome in zip(jobs, outcomes):
+            if quiet and type(outcome) is Done:
+                continue
             attempt, seconds = ran.get(claimed.id, (claimed.attempts, None))
             name = outcome_name(outcome)
             if metrics is not None:
-                metrics.job_finished(claimed, name, seconds)
+                key = (claimed.task, claimed.queue, name)
+                counts[key] = counts.get(key, 0) + 1
+                if seconds is not None:
+                    metrics.job_duration(claimed, seconds)
             decided = outcome.attempted if isinstance(outcome, LeaseLost) else outcome
             error = getattr(decided, "error", None)
             if isinstance(decided, Cancelled):
@@ -104,6 +111,8 @@ class JobReporter:
                              name.replace("_", " "), took, attempt, claimed.max_attempts)
             if hooks.active:
                 self._emit(claimed, attempt, seconds, name, outcome, error)
+        if counts:
+            metrics.jobs_finished(counts)
 
     def _emit(self, claimed: "ClaimedJob", attempt: int, seconds: float | None, name: str, outcome: Outcome,
               error: str | None) -> None:
