@@ -88,3 +88,29 @@ def test_nothing_is_stored_when_tracing_is_off(app, db):
     app.enqueue("anything")
     app.enqueue_many([("anything", {}) for _ in range(3)])
     assert traces_left(db) == 0
+
+
+def test_the_documented_example_runs_and_shows_one_trace(dsn, tmp_path):
+    """docs/observability.md's OpenTelemetry example, as written, in a process of its own (it sets the
+    global tracer provider), against the test database (SKIPLOCK_DSN)."""
+    import json
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "observability.md").read_text()
+    section = doc.split("## OpenTelemetry traces", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    code += "\ntrace.get_tracer_provider().shutdown()\n"
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("SKIPLOCK_")}
+    env["SKIPLOCK_DSN"] = dsn
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    spans = [json.loads(chunk) for chunk in re.findall(r"^\{.*?^\}", result.stdout, re.S | re.M)]
+    by = {s["name"]: s for s in spans}
+    request, enqueue = by["POST /signup"], by["skiplock enqueue send_welcome_email"]
+    execute, smtp = by["skiplock execute send_welcome_email"], by["smtp send"]
+    assert len({s["context"]["trace_id"] for s in (request, enqueue, execute, smtp)}) == 1
+    assert execute["parent_id"] == enqueue["context"]["span_id"] and smtp["parent_id"] == execute["context"]["span_id"]
