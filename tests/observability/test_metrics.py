@@ -181,3 +181,19 @@ def test_skiplock_worker_metrics_port_serves_with_a_generated_token(dsn, tmp_pat
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
     assert proc.returncode == 0
+
+
+def test_outbox_backlog_and_delivery_outcomes(app, served):
+    class Collect:
+        def deliver(self, message):
+            if message.payload["n"] == 2:
+                raise RuntimeError("receiver down")
+
+    for n in range(3):
+        app.outbox.put("orders", {"n": n}, max_attempts=1)
+    app.metrics.sample()
+    assert value(parse(scrape(served).text), "skiplock_outbox_backlog") == 3
+    app.relay(Collect(), listen=False).run(stop_when_empty=True)  # its counts stay after it stopped
+    samples = parse(scrape(served).text)
+    assert value(samples, "skiplock_outbox_deliveries_total", outcome="sent") == 2
+    assert value(samples, "skiplock_outbox_deliveries_total", outcome="failed") == 1

@@ -114,3 +114,30 @@ def test_the_documented_example_runs_and_shows_one_trace(dsn, tmp_path):
     execute, smtp = by["skiplock execute send_welcome_email"], by["smtp send"]
     assert len({s["context"]["trace_id"] for s in (request, enqueue, execute, smtp)}) == 1
     assert execute["parent_id"] == enqueue["context"]["span_id"] and smtp["parent_id"] == execute["context"]["span_id"]
+
+
+def test_outbox_put_and_deliver_spans(app, traced):
+    tracer, exporter = traced
+
+    class Collect:
+        def __init__(self):
+            self.payloads = []
+
+        def deliver(self, message):
+            if message.payload["n"] == 2:
+                raise RuntimeError("receiver down")
+            self.payloads.append(message.payload)
+
+    sink = Collect()
+    with tracer.start_as_current_span("POST /order"):
+        app.outbox.put("orders", {"n": 1})
+        app.outbox.put("orders", {"n": 2}, max_attempts=1)
+    app.relay(sink, listen=False).run(stop_when_empty=True)
+    spans = by_name(exporter)
+    request, = spans["POST /order"]
+    puts = spans["skiplock outbox put orders"]
+    assert len(puts) == 2 and {p.parent.span_id for p in puts} == {request.context.span_id}
+    delivers = spans["skiplock outbox deliver orders"]
+    assert sum(d.attributes["messaging.batch.message_count"] for d in delivers) == 2
+    assert sum(d.attributes["skiplock.outbox.failed"] for d in delivers) == 1
+    assert [d.status.status_code for d in delivers if d.attributes["skiplock.outbox.failed"]] == [StatusCode.ERROR]

@@ -89,6 +89,7 @@ class Metrics:
         self._queues: set[str] = set()
         self._children: dict[tuple[str, str], tuple[Any, Any, Any, Any]] = {}
         self._finished: dict[tuple[str, str, str], Any] = {}
+        self._retired: dict[str, int] = {}  # the counts of runners that stopped
         self._lock = threading.Lock()
         r.register(_RunnerCollector(self))
 
@@ -153,13 +154,19 @@ class Metrics:
     def attach(self, runner: Any) -> None:
         """Read a worker's (``Worker``) or relay's (``Relay``) counters at scrape time."""
         with self._lock:
-            (self.relays if hasattr(runner, "sink") else self.workers).append(runner)
+            runners = self.relays if hasattr(runner, "sink") else self.workers
+            if runner not in runners:
+                runners.append(runner)
 
     def detach(self, runner: Any) -> None:
+        """A stopped runner: its counts are kept (counters never go down), its gauges go."""
         with self._lock:
             for runners in (self.workers, self.relays):
                 if runner in runners:
                     runners.remove(runner)
+                    for name, n in _counts([runner] if runners is self.workers else [],
+                                           [runner] if runners is self.relays else []).items():
+                        self._retired[name] = self._retired.get(name, 0) + n
 
     def sample(self) -> None:
         """Read the sampled gauges now: one statement for the queues, one for the outbox."""
@@ -186,6 +193,20 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+def _counts(workers: Sequence[Any], relays: Sequence[Any]) -> dict[str, int]:
+    """The counters runners keep themselves, summed."""
+    return {
+        "reconnects": sum(w.stats.reconnects for w in workers) + sum(r.stats.reconnects for r in relays),
+        "lost": sum(w.stats.lost for w in workers),
+        "rescues": sum(len(getattr(s, "rescued", ())) for w in workers for s in w.services
+                       if getattr(s, "name", "") == "rescuer") + sum(r.stats.rescued for r in relays),
+        "sent": sum(r.stats.sent for r in relays),
+        "retry": sum(r.stats.retried for r in relays),
+        "failed": sum(r.stats.failed for r in relays),
+        "lost_messages": sum(r.stats.lost for r in relays),
+    }
+
+
 class _RunnerCollector:
     """Counters the worker and relay keep anyway, read at scrape time (no per-job cost)."""
 
@@ -199,20 +220,23 @@ class _RunnerCollector:
         m = self.metrics
         with m._lock:
             workers, relays = list(m.workers), list(m.relays)
+            retired = dict(m._retired)
+        counts = _counts(workers, relays)
+        for name, n in retired.items():
+            counts[name] += n
         slots = GaugeMetricFamily("skiplock_worker_slots", "Slots of the running workers of this process.")
         slots.add_metric([], sum(w.concurrency for w in workers))
         busy = GaugeMetricFamily("skiplock_worker_slots_busy", "Slots running a claim now.")
         busy.add_metric([], sum(len(w._busy) for w in workers))
         reconnects = CounterMetricFamily("skiplock_reconnects", "Database connections lost and made again.")
-        reconnects.add_metric([], sum(w.stats.reconnects for w in workers) + sum(r.stats.reconnects for r in relays))
+        reconnects.add_metric([], counts["reconnects"])
         lost = CounterMetricFamily("skiplock_lease_losses", "Claimed-lease jobs whose finishing write was refused.")
-        lost.add_metric([], sum(w.stats.lost for w in workers))
+        lost.add_metric([], counts["lost"])
         rescues = CounterMetricFamily("skiplock_rescues", "Expired claimed leases returned to the queue or failed.")
-        rescues.add_metric([], sum(len(getattr(s, "rescued", ())) for w in workers for s in w.services
-                                   if getattr(s, "name", "") == "rescuer") + sum(r.stats.rescued for r in relays))
+        rescues.add_metric([], counts["rescues"])
         deliveries = CounterMetricFamily("skiplock_outbox_deliveries", "Outbox delivery outcomes.", labels=["outcome"])
-        for outcome, attr in (("sent", "sent"), ("retry", "retried"), ("failed", "failed"), ("lost", "lost")):
-            deliveries.add_metric([outcome], sum(getattr(r.stats, attr) for r in relays))
+        for outcome, key in (("sent", "sent"), ("retry", "retry"), ("failed", "failed"), ("lost", "lost_messages")):
+            deliveries.add_metric([outcome], counts[key])
         yield from (slots, busy, reconnects, lost, rescues, deliveries)
 
 

@@ -104,3 +104,29 @@ class Tracing:
             span.set_status(Status(StatusCode.ERROR, (error or "").split("\n", 1)[0][:500]))
         otel_context.detach(token)
         span.end()
+
+    # ---- outbox ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def outbox_put(self, topic: str, count: int) -> Iterator[Any]:
+        """The outbox put span (PRODUCER), a child of the caller's current span."""
+        with self.tracer.start_as_current_span(
+                f"skiplock outbox put {topic}", kind=SpanKind.PRODUCER,
+                attributes={"messaging.system": SYSTEM, "messaging.destination.name": topic,
+                            "messaging.batch.message_count": count}) as span:
+            yield span
+
+    @contextlib.contextmanager
+    def outbox_deliver(self, topic: str, count: int) -> Iterator[Any]:
+        """A relay's delivery of one claimed batch; yields ``done(results)`` (None: delivered)."""
+        with self.tracer.start_as_current_span(
+                f"skiplock outbox deliver {topic}", kind=SpanKind.CLIENT,
+                attributes={"messaging.system": SYSTEM, "messaging.destination.name": topic,
+                            "messaging.batch.message_count": count}) as span:
+            def done(results: Sequence[BaseException | None]) -> None:
+                failed = sum(result is not None for result in results)
+                span.set_attribute("skiplock.outbox.failed", failed)
+                if failed:
+                    span.set_status(Status(StatusCode.ERROR, f"{failed} of {len(results)} message(s) failed"))
+
+            yield done

@@ -50,7 +50,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..backend.outbox_base import Finish, Message, OutboxLease, OutboxStore
 from ..errors import ConfigurationError, DatabaseError, DatabaseUnavailable
@@ -269,7 +269,7 @@ class Relay(Loop):
             log.warning("relay %s: returned %d message(s) with an expired lease to the queue", self.name, rescued)
         if not messages:
             return 0
-        results = self._deliver_external(messages, owner)
+        results = self._delivered(messages, lambda: self._deliver_external(messages, owner))
         outcomes = [decide(m, r, self.retry) for m, r in zip(messages, results)]
         written = self._finish_with_retries(owner, outcomes)
         self._count(messages, outcomes, written)
@@ -298,9 +298,9 @@ class Relay(Loop):
                 lease.rollback()
                 return 0
             if self.transactional:
-                results = deliver_in_transaction(self.sink, lease, messages)
+                results = self._delivered(messages, lambda: deliver_in_transaction(self.sink, lease, messages))
             else:
-                results = self._deliver_external(messages, None)
+                results = self._delivered(messages, lambda: self._deliver_external(messages, None))
             outcomes = [decide(m, r, self.retry) for m, r in zip(messages, results)]
             written = set(lease.finish(outcomes))
             lease.commit()
@@ -328,6 +328,17 @@ class Relay(Loop):
                 log.error("message %s (%s) failed: %s", m.id, m.topic, (o.error or "").splitlines()[0])
 
     # ---- delivering (outbox/delivery.py) --------------------------------------------------------
+
+    def _delivered(self, messages: list[Message],
+                   deliver: Callable[[], list[BaseException | None]]) -> list[BaseException | None]:
+        """``deliver()``, in an outbox deliver span when tracing is on (observability/tracing.py)."""
+        tracing = self.app.tracing
+        if tracing is None:
+            return deliver()
+        with tracing.outbox_deliver(messages[0].topic, len(messages)) as done:
+            results = deliver()
+            done(results)
+        return results
 
     def _deliver_external(self, messages: list[Message], owner: str | None) -> list[BaseException | None]:
         assert self._pool is not None
