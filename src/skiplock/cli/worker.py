@@ -77,7 +77,10 @@ def start_metrics(app: Any, host: str, port: int) -> Any:
         from ..observability.metrics import MetricsServer, resolve_token
     except ImportError as exc:
         fail(f"--metrics-port: {exc}")
-    token, token_file = resolve_token(port)
+    try:
+        token, token_file = resolve_token(port)
+    except OSError as exc:
+        fail(f"--metrics-port: cannot write a token file ({exc}); set SKIPLOCK_METRICS_TOKEN")
     try:
         server = MetricsServer(app.enable_metrics(), host, port, token).start()
     except OSError as exc:

@@ -299,16 +299,27 @@ def resolve_token(port: int) -> tuple[str, Path | None]:
             return value, None
     import platformdirs
 
-    directory = Path(platformdirs.user_runtime_dir("skiplock", ensure_exists=False))
+    token = secrets.token_urlsafe(32)
+    failure: OSError | None = None
+    for where in (platformdirs.user_runtime_dir, platformdirs.user_state_dir):  # no runtime dir: the state dir
+        try:
+            return token, _write_private(Path(where("skiplock", ensure_exists=False)), f"metrics-{port}.token", token)
+        except OSError as exc:
+            failure = exc
+    assert failure is not None
+    raise failure
+
+
+def _write_private(directory: Path, name: str, token: str) -> Path:
+    """``token`` in ``directory/name``, the directory 0700 and the file 0600 (this user's only)."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(directory, 0o700)
-    path = directory / f"metrics-{port}.token"
-    token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    path = directory / name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
         os.fchmod(f.fileno(), 0o600)
         f.write(token + "\n")
-    return token, path
+    return path
 
 
 class MetricsServer:
