@@ -16,6 +16,7 @@ import asyncio
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+from .observability.reporting import enqueued
 from .backend.drivers import is_async_connection
 from .app import App, RetriedJobs, Task, _check_unique, _enqueue_steps
 from .job import Job, JobState
@@ -85,7 +86,10 @@ class AsyncApp:
         job = self.app._new_job(task, args, queue, priority, run_at, delay, max_attempts)
         key = _check_unique(unique_key, on_conflict)  # before anything is sent, as App.enqueue
         backend = await asyncio.to_thread(self.app._ready)
-        return await backend.run_async(_enqueue_steps(backend, job, key, on_conflict), conn)
+        job_id = await backend.run_async(_enqueue_steps(backend, job, key, on_conflict), conn)
+        if self.app.metrics is not None or self.app.hooks.active:
+            enqueued(self.app, [job], [job_id])
+        return job_id
 
     async def enqueue_many(self, jobs: Iterable[tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], Mapping[str, Any]]],
                            *, conn: Any = None) -> list[int]:
@@ -103,7 +107,10 @@ class AsyncApp:
         batch = self.app.backend.keyed_batch(new, keyed) if keyed else None  # in-call duplicates: refused before any I/O
         backend = await asyncio.to_thread(self.app._ready)
         steps = backend.enqueue_steps(new) if batch is None else backend.enqueue_keyed_steps(batch)
-        return await backend.run_async(steps, conn)
+        ids = await backend.run_async(steps, conn)
+        if self.app.metrics is not None or self.app.hooks.active:
+            enqueued(self.app, new, ids)
+        return ids
 
     # ---- reading -------------------------------------------------------------------------------
 

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 from .backend.base import Backend
 from .backend.factory import embedded_server as start_embedded_server, open_backend
 from .errors import ConfigurationError, UnknownTask, redact_dsn
+from .observability.hooks import Hooks
+from .observability.reporting import enqueued
 from .operations import FINISHED, Operations, RetriedJobs, _held_message  # noqa: F401 - public here too
 from .producing import (INT32, ON_CONFLICT, RUN_AT_RANGE, Producer, _check_int, _check_queue,  # noqa: F401
                         _check_run_at, _check_unique, _enqueue_steps, _plain_args_json, serialise_args)
@@ -83,6 +85,9 @@ class App(Producer, Operations):
         self._backend: Backend | None = None
         self._schema_checked = False
         self.embedded_server: Any = None
+        self.hooks = Hooks()  # app.on(event, fn): skiplock.observability.hooks
+        self.metrics: Any = None  # app.enable_metrics(): skiplock.observability.metrics.Metrics
+        self.tracing: Any = None  # app.enable_tracing(): skiplock.observability.tracing.Tracing
 
     # ---- configuration -----------------------------------------------------------------------
 
@@ -203,6 +208,37 @@ class App(Producer, Operations):
         return applied
 
 
+    # ---- observability (docs/observability.md) ---------------------------------------------------
+
+    def on(self, event: str, fn: Callable[..., Any] | None = None) -> Any:
+        """Register a hook: ``app.on("success", fn)``, or ``@app.on("failure")`` as a decorator. It is
+        called with a :class:`skiplock.observability.JobEvent`, after the fact, on a thread of its own:
+        it cannot break or slow a job's transaction, and one that raises is logged once and ignored.
+        Events: enqueue, start, success, failure, dead, cancel, lease_lost (see
+        :mod:`skiplock.observability.hooks`)."""
+        return self.hooks.on(event, fn)
+
+    def enable_metrics(self, registry: Any = None) -> Any:
+        """Collect Prometheus metrics for this App (needs ``pip install 'skiplock[metrics]'``) in its own
+        ``CollectorRegistry`` (or ``registry``); returns the :class:`skiplock.observability.metrics.Metrics`
+        (``app.metrics``). Serve them with ``skiplock.observability.metrics.metrics_asgi_app(app)`` or
+        ``skiplock worker --metrics-port``. Idempotent."""
+        if self.metrics is None:
+            from .observability.metrics import Metrics
+
+            self.metrics = Metrics(self, registry)
+        return self.metrics
+
+    def enable_tracing(self, tracer_provider: Any = None) -> Any:
+        """Make OpenTelemetry spans for enqueue, claim and execute, the job carrying its enqueuer's trace
+        context to its handler (needs ``pip install 'skiplock[otel]'``; the global tracer provider, or
+        ``tracer_provider``). Returns the :class:`skiplock.observability.tracing.Tracing`. Idempotent."""
+        if self.tracing is None:
+            from .observability.tracing import Tracing
+
+            self.tracing = Tracing(self, tracer_provider)
+        return self.tracing
+
     # ---- producing (the checks: skiplock.producing) ---------------------------------------------
 
     def enqueue(self, task: str, args: Mapping[str, Any] | None = None, *, queue: str | None = None,
@@ -219,7 +255,15 @@ class App(Producer, Operations):
         job = self._new_job(task, args, queue, priority, run_at, delay, max_attempts)
         unique_key = _check_unique(unique_key, on_conflict)
         backend = self._ready()
-        return backend.run(_enqueue_steps(backend, job, unique_key, on_conflict), conn)
+        if self.tracing is None:
+            job_id = backend.run(_enqueue_steps(backend, job, unique_key, on_conflict), conn)
+        else:  # the enqueue span, and its context kept with the job (observability/tracing.py)
+            with self.tracing.enqueue(job.task, job.queue, 1) as keep:
+                job_id = backend.run(_enqueue_steps(backend, job, unique_key, on_conflict), conn)
+                keep([job_id], conn)
+        if self.metrics is not None or self.hooks.active:
+            enqueued(self, [job], [job_id])
+        return job_id
 
     def enqueue_many(self, jobs: Iterable[tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], Mapping[str, Any]]],
                      *, conn: Any = None) -> list[int]:
@@ -261,6 +305,17 @@ class App(Producer, Operations):
         new, keyed = self._new_jobs(jobs)
         if not new:
             return []
+        if self.tracing is not None:  # the enqueue span, and its context kept with the jobs
+            with self.tracing.enqueue(new[0].task, new[0].queue, len(new)) as keep:
+                ids = self._insert_many(new, keyed, conn)
+                keep(ids, conn)
+        else:
+            ids = self._insert_many(new, keyed, conn)
+        if self.metrics is not None or self.hooks.active:
+            enqueued(self, new, ids)
+        return ids
+
+    def _insert_many(self, new: list[Any], keyed: dict[int, tuple[str, str]], conn: Any) -> list[int]:
         if not keyed:
             return self._ready().enqueue(new, conn)
         batch = self.backend.keyed_batch(new, keyed)  # in-call duplicates with on_conflict="raise": refused before any I/O

@@ -21,7 +21,8 @@ COROUTINES = ("migrate", "check", "enqueue", "enqueue_many", "get_job", "list_jo
               "wait", "prune", "close")
 PLAIN = ("task", "periodic", "outbox")
 # App members that configure or build objects, reached as ``aapp.app.<name>`` (``run_worker`` runs a worker).
-ON_APP_ONLY = ("configure", "dsn", "backend", "get_task", "worker", "relay", "read_model")  # read_model: sync views
+ON_APP_ONLY = ("configure", "dsn", "backend", "get_task", "worker", "relay", "read_model",  # read_model: sync views
+               "on", "enable_metrics", "enable_tracing")  # observability: hooks and metrics are the App's (aapp.app.on(...))
 
 
 def test_every_public_app_member_is_on_async_app_or_named_as_app_only():

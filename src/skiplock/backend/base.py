@@ -283,3 +283,13 @@ class Backend(ReadBackend, Protocol):
     def prune_ticks(self, age_seconds: float) -> None: ...
     def outbox_store(self) -> Any: ...
     def testing(self) -> Any: ...  # what skiplock.testing does on this database (rolled-back connections, ...)  # the outbox's operations on this database (an outbox_base.OutboxStore)
+
+
+class TraceStore(Protocol):
+    """Optional (a backend has it if it defines ``trace_store()``): where the trace context a job was
+    enqueued under is kept until a claim takes it (skiplock.observability.tracing). Without it,
+    tracing still makes spans, but a job's execute span does not continue its enqueuer's trace."""
+
+    def store(self, ids: Sequence[int], carrier: dict[str, str], conn: Any = None) -> None: ...
+
+    def take(self, lease: "Lease", ids: Sequence[int]) -> dict[int, dict[str, str]]: ...

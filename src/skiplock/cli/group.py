@@ -129,10 +129,16 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
               help="Embedded server data directory (when no DSN is given).")
 @click.option("--schema", envvar="SKIPLOCK_SCHEMA", help="Database schema holding skiplock's tables [skiplock].")
 @click.option("-q", "--quiet", is_flag=True, help="Do not announce the embedded server.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), envvar="SKIPLOCK_LOG_FORMAT", default="text",
+              show_default=True, help="Log lines of worker and relay: text, or one JSON object per line.")
 @click.version_option(package_name="skiplock")
 @click.pass_context
-def cli(ctx: click.Context, dsn: str | None, data_dir: str | None, schema: str | None, quiet: bool) -> None:
+def cli(ctx: click.Context, dsn: str | None, data_dir: str | None, schema: str | None, quiet: bool,
+        log_format: str) -> None:
     """skiplock: a PostgreSQL job queue on FOR UPDATE SKIP LOCKED; the transaction is the lease."""
+    from ..observability import logs
+
+    logs.default_format = log_format
     ctx.obj = Context(dsn, data_dir, schema, quiet)
 
 

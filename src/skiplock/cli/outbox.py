@@ -8,6 +8,8 @@ import sys
 from typing import Any
 
 import click
+
+from ..observability.logs import configure_logging
 from rich.table import Table
 
 from ..app import App
@@ -86,7 +88,7 @@ def relay(obj: Context, app_spec: str | None, webhook: str | None, enqueue_jobs:
     topic_list = topics.split(",") if topics else None
     if topic_list is not None and not all(topic_list):
         fail(f"--topics has an empty name: {topics!r}")
-    logging.basicConfig(level=log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(log_level)  # text or --log-format json (observability/logs.py)
     app = obj.app(app_spec)
     app.check()
     if webhook:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 import click
 
 from ..worker.batching import DEFAULT_BATCH_SIZE
-from .group import APP_SEARCH, Context, fail, handle_errors
+from ..observability.logs import configure_logging
+from .group import APP_SEARCH, Context, err_console, fail, handle_errors
 
 
 @click.command()
@@ -33,13 +35,19 @@ from .group import APP_SEARCH, Context, fail, handle_errors
 @click.option("--fail-unknown-tasks", is_flag=True,
               help="Also claim jobs of tasks this app does not register, and fail them at once (by default they "
                    "stay queued for a worker that knows them).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535),
+              help="Serve Prometheus metrics at http://HOST:PORT/metrics (needs skiplock[metrics]); every request "
+                   "needs 'Authorization: Bearer TOKEN', TOKEN from SKIPLOCK_METRICS_TOKEN (or "
+                   "SKIPLOCK_DASHBOARD_TOKEN), else a random one written to a file this user alone can read.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address the metrics port binds.")
 @click.pass_obj
 @handle_errors
 def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, poll_interval: float,
            batch_size: int, batch_budget: float, batch_slots: int, fixed_concurrency: bool, stop_when_empty: bool,
-           log_level: str, no_maintenance: bool, fail_unknown_tasks: bool) -> None:
+           log_level: str, no_maintenance: bool, fail_unknown_tasks: bool, metrics_port: int | None,
+           metrics_host: str) -> None:
     """Run a worker. SIGINT/SIGTERM: finish in-flight jobs and exit 0; a second signal aborts them."""
-    logging.basicConfig(level=log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(log_level)  # text or --log-format json (observability/logs.py)
     app = obj.app(app_spec)
     queue_list = [q for q in queues.split(",")] if queues else None
     if queue_list is not None and not all(queue_list):
@@ -52,7 +60,33 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
     logging.getLogger("skiplock.worker").info(
         "worker %s serving %s with %d slot(s); tasks: %s", w.name, ", ".join(queue_list) if queue_list else "all queues",
         concurrency, ", ".join(sorted(app.tasks)) or "none")
-    stats = w.run(stop_when_empty=stop_when_empty)
+    server = start_metrics(app, metrics_host, metrics_port) if metrics_port is not None else None
+    try:
+        stats = w.run(stop_when_empty=stop_when_empty)
+    finally:
+        if server is not None:
+            server.stop()
     logging.getLogger("skiplock.worker").info("worker %s stopped: %d done, %d retried, %d failed", w.name, stats.done,
                                               stats.retried, stats.failed)
     sys.exit(1 if stats.aborted else 0)
+
+
+def start_metrics(app: Any, host: str, port: int) -> Any:
+    """The worker's metrics server, or a one-line error (exit 2): no prometheus_client, a port in use."""
+    try:
+        from ..observability.metrics import MetricsServer, resolve_token
+    except ImportError as exc:
+        fail(f"--metrics-port: {exc}")
+    try:
+        token, token_file = resolve_token(port)
+    except OSError as exc:
+        fail(f"--metrics-port: cannot write a token file ({exc}); set SKIPLOCK_METRICS_TOKEN")
+    try:
+        server = MetricsServer(app.enable_metrics(), host, port, token).start()
+    except OSError as exc:
+        fail(f"--metrics-port: cannot listen on {host}:{port}: {exc.strerror or exc}")
+    where = (f"the bearer token is in {token_file} (readable by this user only; set SKIPLOCK_METRICS_TOKEN to "
+             "choose one)") if token_file is not None else "bearer token from the environment"
+    err_console.print(f"skiplock: metrics at http://{host}:{server.port}/metrics; {where}", markup=False,
+                      soft_wrap=True)
+    return server

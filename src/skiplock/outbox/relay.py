@@ -50,7 +50,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..backend.outbox_base import Finish, Message, OutboxLease, OutboxStore
 from ..errors import ConfigurationError, DatabaseError, DatabaseUnavailable
@@ -203,6 +203,8 @@ class Relay(Loop):
         return self.stats
 
     def on_start(self) -> None:
+        if self.app.metrics is not None:  # its delivery counters, read at scrape time (observability/metrics.py)
+            self.app.metrics.attach(self)
         self._pool = cf.ThreadPoolExecutor(self.concurrency, thread_name_prefix="skiplock-deliver")
         quiet_driver_noise()
         self.listener = None
@@ -228,6 +230,8 @@ class Relay(Loop):
         self._close_lease()
 
     def on_stop(self) -> None:
+        if self.app.metrics is not None:
+            self.app.metrics.detach(self)
         if self.listener is not None:
             self.listener.stop()
         if self._pool is not None:
@@ -265,7 +269,7 @@ class Relay(Loop):
             log.warning("relay %s: returned %d message(s) with an expired lease to the queue", self.name, rescued)
         if not messages:
             return 0
-        results = self._deliver_external(messages, owner)
+        results = self._delivered(messages, lambda: self._deliver_external(messages, owner))
         outcomes = [decide(m, r, self.retry) for m, r in zip(messages, results)]
         written = self._finish_with_retries(owner, outcomes)
         self._count(messages, outcomes, written)
@@ -294,9 +298,9 @@ class Relay(Loop):
                 lease.rollback()
                 return 0
             if self.transactional:
-                results = deliver_in_transaction(self.sink, lease, messages)
+                results = self._delivered(messages, lambda: deliver_in_transaction(self.sink, lease, messages))
             else:
-                results = self._deliver_external(messages, None)
+                results = self._delivered(messages, lambda: self._deliver_external(messages, None))
             outcomes = [decide(m, r, self.retry) for m, r in zip(messages, results)]
             written = set(lease.finish(outcomes))
             lease.commit()
@@ -324,6 +328,17 @@ class Relay(Loop):
                 log.error("message %s (%s) failed: %s", m.id, m.topic, (o.error or "").splitlines()[0])
 
     # ---- delivering (outbox/delivery.py) --------------------------------------------------------
+
+    def _delivered(self, messages: list[Message],
+                   deliver: Callable[[], list[BaseException | None]]) -> list[BaseException | None]:
+        """``deliver()``, in an outbox deliver span when tracing is on (observability/tracing.py)."""
+        tracing = self.app.tracing
+        if tracing is None:
+            return deliver()
+        with tracing.outbox_deliver(messages[0].topic, len(messages)) as done:
+            results = deliver()
+            done(results)
+        return results
 
     def _deliver_external(self, messages: list[Message], owner: str | None) -> list[BaseException | None]:
         assert self._pool is not None

@@ -136,7 +136,11 @@ class Outbox:
             return []
         if is_async_connection(conn):
             raise TypeError("an AsyncConnection needs `await outbox.put_async(...)` / `put_many_async`")
-        return [MessageRef(mid, ikey) for mid, ikey in self.store.put(new, conn, wake=self.notify)]
+        tracing = self.app.tracing
+        if tracing is None:
+            return [MessageRef(mid, ikey) for mid, ikey in self.store.put(new, conn, wake=self.notify)]
+        with tracing.outbox_put(new[0].topic, len(new)):  # observability/tracing.py
+            return [MessageRef(mid, ikey) for mid, ikey in self.store.put(new, conn, wake=self.notify)]
 
     async def _put_async(self, new: list[NewMessage], conn: Any) -> list[MessageRef]:
         if not is_async_connection(conn):

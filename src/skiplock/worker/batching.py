@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..app import Task
+    from ..backend.base import ClaimedJob
     from ..job import Outcome
 
 # Measured with `python -m bench` (docs/benchmarks.md): drain throughput per batch size 8 / 16 / 32 / 64
@@ -50,6 +51,7 @@ class BatchRun:
     seconds_per_job: float | None = None  # a batch's mean time per job, its claim and COMMIT left out
     alone: bool = False  # the claim's first job had to run alone (see Executor.alone)
     handler_seconds: float = 0.0  # time spent in handlers (the rest of the lease is skiplock's overhead)
+    jobs: "list[ClaimedJob] | None" = None  # jobs[i]'s outcome is outcomes[i] (what the reporter reports)
 
 
 

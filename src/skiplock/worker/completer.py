@@ -39,6 +39,15 @@ log = logging.getLogger("skiplock.worker")
 CANCELLED_WHILE_RUNNING = "cancellation requested while the job ran"
 
 
+class CancelledWhileRunning(ConnectionLost):
+    """The job's session was ended by a cancel request (``cancel_job``) and the job is recorded
+    cancelled: its slot starts a new session, and says so as a cancel, not as a lost database."""
+
+    def __init__(self, claimed: ClaimedJob, outcome: Outcome):
+        super().__init__(f"job {claimed.id} was cancelled while it ran (its session was ended)")
+        self.claimed, self.outcome = claimed, outcome
+
+
 def usable(lease: "Lease") -> bool:
     """A transaction is open on the lease (possibly in error: a rollback to the savepoint fixes it)."""
     return lease.in_transaction() or lease.in_error()
@@ -185,6 +194,8 @@ class Completer:
                         "error is kept in job_attempts and recorded by the job's next finishing write",
                         claimed.id, attempt)
         if broken:
+            if written == "cancelled":  # a cancel request ended the session: a cancel, not an outage
+                raise CancelledWhileRunning(claimed, _as_written(outcome, written))
             raise ConnectionLost("the job's connection was lost during the attempt")
         return _as_written(outcome, written)
 

@@ -47,7 +47,7 @@ from ..job import Cancelled, Done, Failed, Outcome
 from .batching import BatchPolicy, BatchRun  # noqa: F401 - BatchRun: public here too
 from .bookkeeping import Bookkeeping
 from .claimed import run_claimed
-from .completer import Completer
+from .completer import CancelledWhileRunning, Completer
 from .failures import (MAX_ERROR_CHARS, ResultNotStorable, decide_failure, format_error)  # noqa: F401 - public here too
 from .gate import RunGate
 from .handler import Handlers, JobTimeout, LeaseTimeout, make_job  # noqa: F401 - public here too
@@ -95,10 +95,17 @@ class Executor:
         outcomes that are durable. A job that must run alone (see ``alone``) runs alone: first, or
         not in this transaction (the jobs not started are released untouched by the COMMIT). Its
         handlers hold the process's run gate shared (a suspect's run takes it exclusive, see ``run``)."""
-        self.handlers.reset()
+        handlers = self.handlers
+        handlers.reset()
         with self.gate.shared():
-            run = self._run_batch(lease, batch, slot, budget, stopping)
-        run.handler_seconds = self.handlers.seconds
+            try:
+                run = self._run_batch(lease, batch, slot, budget, stopping)
+            except CancelledWhileRunning as ended:  # recorded cancelled (durable); the slot reconnects
+                handlers.reporter.finished([ended.claimed], [ended.outcome], handlers.ran)
+                raise
+        run.handler_seconds = handlers.seconds
+        if run.jobs is not None:  # durable now: logs, hooks, metrics (observability/reporting.py)
+            handlers.reporter.finished(run.jobs, run.outcomes, handlers.ran)
         return run
 
     def _run_batch(self, lease: "Lease", batch: list[ClaimedJob], slot: str, budget: float,
@@ -107,7 +114,8 @@ class Executor:
         if alone:
             task = self.app.tasks[batch[0].task]
             if task.lease == "claimed":
-                return BatchRun([self.run_claimed(lease, batch[0], task, slot)], alone=True)
+                self.handlers.take_trace_contexts(lease, batch[:1])  # tracing on: before the claim's COMMIT
+                return BatchRun([self.run_claimed(lease, batch[0], task, slot)], alone=True, jobs=batch[:1])
             batch = batch[:1]
         else:
             for n in range(1, len(batch)):
@@ -123,7 +131,7 @@ class Executor:
             outcome = self.run(lease, batch[0], slot, commit=True)
             if lease.alive():
                 lease.commit()  # the paths that wrote without running a handler (nothing to do if committed)
-            return BatchRun([outcome], alone=alone)
+            return BatchRun([outcome], alone=alone, jobs=batch)
         finally:
             if watchdog is not None:
                 watchdog.release(lease)
@@ -150,7 +158,11 @@ class Executor:
             first = next(i for i, claimed in enumerate(batch) if claimed.id in suspects)
             batch = batch[:max(first, 1)]
         outcomes: list[Outcome] = []
+        reported: list[ClaimedJob] = []  # outcomes[i] is reported[i]'s
         done: list[tuple[ClaimedJob, int, str | None]] = []
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("slot %s: batch %s of %d job(s) in one transaction (%d suspect(s))", slot, batch_id,
+                      len(batch), len(suspects))
         deadline = time.monotonic() + budget
         take_savepoint = lease.savepoint
         out_of_time = False
@@ -177,12 +189,17 @@ class Executor:
                 if touched:
                     completer.release(lease)
             if not lease.alive():  # the lease was ended on purpose; only this job's outcome was recorded
-                return BatchRun([outcome])
+                return BatchRun([outcome], jobs=[claimed])
             outcomes.append(outcome)
+            reported.append(claimed)
         ran = len(outcomes) + len(done)
         seconds_per_job = (time.perf_counter() - began) / ran if ran else None
         outcomes.extend(completer.finish_batch(lease, batch_id, done, started_at, slot))  # and COMMIT
-        return BatchRun(outcomes, out_of_time, seconds_per_job)
+        reported.extend(claimed for claimed, _, _ in done)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("slot %s: batch %s committed: %d job(s) finished%s", slot, batch_id, len(outcomes),
+                      " (out of time: the rest released)" if out_of_time else "")
+        return BatchRun(outcomes, out_of_time, seconds_per_job, jobs=reported)
 
     def run(self, lease: "Lease", claimed: ClaimedJob, slot: str,
             batch: int | None = None, commit: bool = False) -> Outcome:

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import threading
@@ -24,7 +25,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..errors import DatabaseError, DatabaseUnavailable
 from ..job import Cancel, Cancelled, Done, Job, JobState, Outcome, Snooze, Snoozed
 from ..values import to_json
-from .failures import ResultNotStorable, decide_failure, describe, format_error
+from ..observability.reporting import JobReporter, outcome_name
+from .failures import ResultNotStorable, decide_failure, describe, format_error  # noqa: F401 - describe: public here
 
 if TYPE_CHECKING:
     from ..app import App, Task
@@ -57,10 +59,12 @@ def make_job(claimed: "ClaimedJob", attempt: int, slot: str, lease: "Lease",
 class Handlers:
     """Runs handlers for one worker's slots (per-thread event loops and handler time)."""
 
-    def __init__(self, app: "App", batching: "BatchPolicy", watchdog: "Watchdog | None" = None):
+    def __init__(self, app: "App", batching: "BatchPolicy", watchdog: "Watchdog | None" = None,
+                 reporter: "JobReporter | None" = None):
         self.app = app
         self.batching = batching
         self.watchdog = watchdog
+        self.reporter = reporter if reporter is not None else JobReporter(app.hooks, app.metrics)
         self._local = threading.local()
 
     @property
@@ -68,11 +72,46 @@ class Handlers:
         """Seconds this thread spent in handlers since ``reset``."""
         return getattr(self._local, "handler_seconds", 0.0)
 
+    @property
+    def ran(self) -> "dict[int, tuple[int, float]]":
+        """Job id -> (attempt, handler seconds) of the handlers this thread ran since ``reset``
+        (what the reporter says about each finished job)."""
+        return self._local.ran
+
     def reset(self) -> None:
         self._local.handler_seconds = 0.0
+        self._local.ran = {}
+        self._local.carriers = None
 
     def handle(self, task: "Task", job: Job, claimed: "ClaimedJob", attempt: int, lease: "Lease") -> Outcome:
-        """Call the handler and turn what happened into an outcome."""
+        """Call the handler and turn what happened into an outcome; with tracing on, in its execute
+        span, the enqueuer's span its parent (observability/tracing.py)."""
+        tracing = self.app.tracing
+        if tracing is None:
+            return self._handle(task, job, claimed, attempt, lease)
+        carriers = getattr(self._local, "carriers", None)
+        carrier = carriers.pop(claimed.id, None) if carriers else None
+        if carrier is None and lease.in_transaction():  # a transaction lease: taken in its transaction
+            carrier = tracing.take(lease, [claimed]).get(claimed.id)
+        started = tracing.start_execute(claimed, attempt, carrier)
+        outcome: Outcome | None = None
+        try:
+            outcome = self._handle(task, job, claimed, attempt, lease)
+            return outcome
+        finally:
+            tracing.end_execute(started, "error" if outcome is None else outcome_name(outcome),
+                                getattr(outcome, "error", None))
+
+    def take_trace_contexts(self, lease: "Lease", jobs: "list[ClaimedJob]") -> None:
+        """A claimed lease's jobs: their trace contexts, taken before the claim's COMMIT (tracing on)."""
+        tracing = self.app.tracing
+        if tracing is not None:
+            self._local.carriers = tracing.take(lease, jobs)
+
+    def _handle(self, task: "Task", job: Job, claimed: "ClaimedJob", attempt: int, lease: "Lease") -> Outcome:
+        reporter = self.reporter
+        if reporter.wants_start:
+            reporter.started(claimed, attempt)
         began = time.perf_counter()
         try:
             result = self._call(task, job, claimed.args)
@@ -89,12 +128,18 @@ class Handlers:
         except BaseException as caught:  # noqa: BLE001 - every failure is recorded, even BaseException
             if isinstance(caught, JobTimeout):
                 self._abandon(lease)
-            log.warning("job %s (%s) attempt %s/%s failed: %s", claimed.id, claimed.task, attempt,
-                        claimed.max_attempts, describe(caught))
+            # Logged once durable, by the reporter: WARNING if retried, ERROR if it ends failed.
             return decide_failure(task, attempt, claimed.max_attempts, format_error(caught), caught)
         finally:
             took = time.perf_counter() - began
-            self._local.handler_seconds = getattr(self._local, "handler_seconds", 0.0) + took
+            local = self._local
+            local.handler_seconds = getattr(local, "handler_seconds", 0.0) + took
+            ran = getattr(local, "ran", None)
+            if ran is None:
+                ran = local.ran = {}
+            ran[claimed.id] = (attempt, took)
+            if reporter.metrics is not None:
+                reporter.handler_ended(claimed)
             self.batching.measured(task.name, took)
 
     def _call(self, task: "Task", job: Job, args: dict[str, Any]) -> Any:
@@ -111,7 +156,9 @@ class Handlers:
             finally:
                 finished.set()
 
-        threading.Thread(target=target, name=f"skiplock-job-{job.id}", daemon=True).start()
+        # in the slot thread's context (the execute span stays current in the handler's own thread)
+        threading.Thread(target=contextvars.copy_context().run, args=(target,), name=f"skiplock-job-{job.id}",
+                         daemon=True).start()
         if not finished.wait(task.timeout):
             raise JobTimeout(f"job exceeded its timeout of {task.timeout:g}s")
         if "error" in box:

@@ -30,6 +30,7 @@ from ..maintenance.rescuer import Rescuer
 from ..maintenance.service import Service
 from ..reconnect import Reconnects, quiet_driver_noise
 from .batching import DEFAULT_BATCH_SIZE, BatchPolicy, ClaimSize
+from .completer import CancelledWhileRunning
 from .executor import Executor
 from .governor import Governor
 from .heartbeat import Heartbeat
@@ -45,6 +46,8 @@ log = logging.getLogger("skiplock.worker")
 
 # Connections a starting worker leaves free for everyone else (producers enqueueing, tools).
 CONNECTION_HEADROOM = 2
+# How long a stopping worker waits for its hooks to be handed the events emitted so far.
+HOOKS_DRAIN_SECONDS = 5.0
 
 
 @dataclass
@@ -98,7 +101,7 @@ class Worker:
                  batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = 0.05, batch_slots: int = 1,
                  listen: bool = True,
                  rescue_interval: float = 5.0, fail_unknown_tasks: bool = False, adaptive_limit: bool = True,
-                 batch_policy: BatchPolicy | None = None):
+                 batch_policy: BatchPolicy | None = None, metrics_interval: float = 15.0):
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         if queues is not None:
@@ -120,6 +123,7 @@ class Worker:
         self.batching = batch_policy if batch_policy is not None else BatchPolicy(batch_size, batch_budget, batch_slots)
         self.batch_budget = self.batching.batch_budget
         self.rescue_interval = rescue_interval
+        self.metrics_interval = metrics_interval  # seconds between samples of the queue gauges (metrics on)
         self.fail_unknown_tasks = bool(fail_unknown_tasks)
         self._claim_tasks: list[str] | None = None  # set by run(): the task names claimed (None: every one)
         self.listen = listen
@@ -204,6 +208,12 @@ class Worker:
             self.services.append(heartbeat)
         if watchdog is not None:
             self.services.append(watchdog)
+        metrics = self.app.metrics
+        if metrics is not None:  # skiplock.observability.metrics: this worker's counters, the sampled gauges
+            metrics.attach(self)
+            from ..observability.metrics import Sampler
+
+            self.services.append(Sampler(metrics, self.metrics_interval))
         if self.maintenance:
             self.services.append(Rescuer(self.app, self.rescue_interval))
             if self.app.schedules:
@@ -242,6 +252,10 @@ class Worker:
             for service in self.services:
                 service.stop()
             executor.close()
+            if metrics is not None:
+                metrics.detach(self)
+            if self.app.hooks.active and not self.app.hooks.drain(HOOKS_DRAIN_SECONDS):
+                log.warning("hooks still running after %gs at exit; not waiting for them", HOOKS_DRAIN_SECONDS)
             log.debug("lease limit %d of %d slots at exit (moved %d times)", self.governor.limit,
                       self.concurrency, self.governor.changes)
             signals.restore()
@@ -286,7 +300,13 @@ class Worker:
                 return [], False
         try:
             lease.begin()
-            claimed = self.app.backend.claim(lease, self.queues, limit, tasks=self._claim_tasks)
+            tracing = self.app.tracing
+            if tracing is None:
+                claimed = self.app.backend.claim(lease, self.queues, limit, tasks=self._claim_tasks)
+            else:  # the claim span (observability/tracing.py)
+                with tracing.claim(f"{self.name}/{index}") as span:
+                    claimed = self.app.backend.claim(lease, self.queues, limit, tasks=self._claim_tasks)
+                    span.set_attribute("skiplock.claimed", len(claimed))
             if len(claimed) > 1 and executor.alone(claimed[0].task):
                 # A job that runs alone came first: let the others go at once, take one.
                 size.alone()
@@ -297,6 +317,9 @@ class Worker:
             if turn:
                 self.batching.give_turn(index)
             raise
+        if claimed and log.isEnabledFor(logging.DEBUG):
+            log.debug("slot %s/%s claimed %d job(s) (ids %s..%s, limit %d)", self.name, index, len(claimed),
+                      claimed[0].id, claimed[-1].id, limit)
         if turn and len(claimed) <= 1:  # no batch to run: the turn is someone else's
             self.batching.give_turn(index)
             turn = False
@@ -357,6 +380,11 @@ class Worker:
                         if self._stop_when_empty:
                             return
                         self._idle(wakes)
+                except CancelledWhileRunning as cancelled:  # logged by the reporter; a new session, no outage
+                    self.stats.count(cancelled.outcome)
+                    if lease is not None:
+                        lease.close()
+                        lease = None
                 except Exception as exc:  # noqa: BLE001 - a slot never dies; it reconnects with backoff
                     if self.stats.aborted:
                         return

@@ -76,6 +76,12 @@ class PostgresBackend(Leasing, Operating):
         return PostgresTesting(self, lambda name: connect(self.dsn, self.connect_timeout, autocommit=False,
                                                           application_name=name, options=session_options(self.dsn)))
 
+    def trace_store(self) -> Any:
+        """The trace-context store (``tracing.py``), used only when tracing is on (``base.TraceStore``)."""
+        from .tracing import PostgresTraceStore
+
+        return PostgresTraceStore(self)
+
     def outbox_store(self) -> Any:
         """The outbox's operations on this database (:class:`.outbox.PostgresOutboxStore`)."""
         from .outbox import PostgresOutboxStore

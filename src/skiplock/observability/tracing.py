@@ -1,0 +1,132 @@
+"""OpenTelemetry traces (``pip install 'skiplock[otel]'``; off by default): ``app.enable_tracing()``.
+
+Spans (tracer ``skiplock``):
+
+- ``skiplock enqueue`` (PRODUCER) around ``enqueue``/``enqueue_many``, a child of whatever span is
+  current in the caller (a web request's, say). The trace context (the global propagator's carrier,
+  W3C ``traceparent`` by default) is stored with the jobs (table ``job_traces``, migration 0011): in the
+  caller's transaction with ``conn=...``, else just after the enqueue's own commit -- a worker that
+  claims the job in between starts a new trace for it.
+- ``skiplock claim`` (INTERNAL) around each claim statement of a worker slot (jobs claimed: attribute).
+- ``skiplock execute <task>`` (CONSUMER) around each handler call, a **child of the enqueue span**
+  (the stored context is taken, in the claim's transaction, by the attempt that claims it), and the
+  current span while the handler runs: spans of the handler's own calls (an instrumented HTTP client)
+  are its children. So one trace shows request -> enqueue -> execute -> downstream call. Its status is
+  ERROR for a failed attempt. The context is consumed by the first attempt whose transaction commits:
+  a retry after that starts its own trace.
+
+Attributes: ``messaging.system`` = ``skiplock``, ``messaging.destination.name`` (the queue),
+``skiplock.task``, ``skiplock.job_id``, ``skiplock.attempt``, ``skiplock.outcome`` -- no arguments.
+
+With tracing off nothing here is imported and the enqueue and claim statements are unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+try:
+    from opentelemetry import context as otel_context, propagate, trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+except ImportError as exc:  # pragma: no cover - the extra is missing
+    raise ImportError("skiplock's tracing needs OpenTelemetry: pip install 'skiplock[otel]'") from exc
+
+if TYPE_CHECKING:
+    from ..backend.base import ClaimedJob, Lease
+
+SYSTEM = "skiplock"
+
+
+class Tracing:
+    """An App's tracer and trace-context store."""
+
+    def __init__(self, app: Any, tracer_provider: Any = None):
+        self.app = app
+        self.tracer = trace.get_tracer("skiplock", tracer_provider=tracer_provider)
+        self._store: Any = None
+
+    @property
+    def store(self) -> Any:
+        if self._store is None:
+            make = getattr(self.app.backend, "trace_store", None)
+            self._store = make() if make is not None else False
+        return self._store or None
+
+    # ---- producing -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def enqueue(self, task: str, queue: str, count: int) -> Iterator[Any]:
+        """The enqueue span; yields a function ``keep(ids, conn)`` storing the trace context for ids."""
+        attributes: dict[str, Any] = {"messaging.system": SYSTEM, "messaging.destination.name": queue,
+                                      "skiplock.task": task, "messaging.batch.message_count": count}
+        with self.tracer.start_as_current_span(f"skiplock enqueue {task}", kind=SpanKind.PRODUCER,
+                                               attributes=attributes):
+            def keep(ids: Sequence[int], conn: Any = None) -> None:
+                store = self.store
+                carrier: dict[str, str] = {}
+                propagate.inject(carrier)
+                if store is not None and carrier and ids:
+                    store.store(ids, carrier, conn)
+
+            yield keep
+
+    # ---- working ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def claim(self, slot: str) -> Iterator[Any]:
+        with self.tracer.start_as_current_span("skiplock claim", kind=SpanKind.INTERNAL,
+                                               attributes={"messaging.system": SYSTEM, "skiplock.slot": slot}) as span:
+            yield span
+
+    def take(self, lease: "Lease", jobs: "Sequence[ClaimedJob]") -> dict[int, dict[str, str]]:
+        """The stored contexts of the jobs a claim locked (consumed in the lease transaction)."""
+        store = self.store
+        if store is None:
+            return {}
+        return store.take(lease, [job.id for job in jobs])
+
+    def start_execute(self, claimed: "ClaimedJob", attempt: int, carrier: dict[str, str] | None) -> tuple[Any, Any]:
+        """Start the execute span (current until :meth:`end_execute`); returns what ``end_execute`` needs."""
+        parent = propagate.extract(carrier) if carrier else None
+        span = self.tracer.start_span(
+            f"skiplock execute {claimed.task}", context=parent, kind=SpanKind.CONSUMER,
+            attributes={"messaging.system": SYSTEM, "messaging.destination.name": claimed.queue,
+                        "skiplock.task": claimed.task, "skiplock.job_id": claimed.id, "skiplock.attempt": attempt})
+        token = otel_context.attach(trace.set_span_in_context(span))
+        return span, token
+
+    @staticmethod
+    def end_execute(started: tuple[Any, Any], outcome: str, error: str | None) -> None:
+        span, token = started
+        span.set_attribute("skiplock.outcome", outcome)
+        if outcome in ("retry", "failed"):
+            span.set_status(Status(StatusCode.ERROR, (error or "").split("\n", 1)[0][:500]))
+        otel_context.detach(token)
+        span.end()
+
+    # ---- outbox ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def outbox_put(self, topic: str, count: int) -> Iterator[Any]:
+        """The outbox put span (PRODUCER), a child of the caller's current span."""
+        with self.tracer.start_as_current_span(
+                f"skiplock outbox put {topic}", kind=SpanKind.PRODUCER,
+                attributes={"messaging.system": SYSTEM, "messaging.destination.name": topic,
+                            "messaging.batch.message_count": count}) as span:
+            yield span
+
+    @contextlib.contextmanager
+    def outbox_deliver(self, topic: str, count: int) -> Iterator[Any]:
+        """A relay's delivery of one claimed batch; yields ``done(results)`` (None: delivered)."""
+        with self.tracer.start_as_current_span(
+                f"skiplock outbox deliver {topic}", kind=SpanKind.CLIENT,
+                attributes={"messaging.system": SYSTEM, "messaging.destination.name": topic,
+                            "messaging.batch.message_count": count}) as span:
+            def done(results: Sequence[BaseException | None]) -> None:
+                failed = sum(result is not None for result in results)
+                span.set_attribute("skiplock.outbox.failed", failed)
+                if failed:
+                    span.set_status(Status(StatusCode.ERROR, f"{failed} of {len(results)} message(s) failed"))
+
+            yield done

@@ -1,0 +1,143 @@
+"""OpenTelemetry traces (observability/tracing.py) with the SDK's in-memory exporter on real worker
+runs: request -> enqueue -> execute -> downstream call is one trace, the execute span a child of the
+enqueue span, for both lease modes and for enqueue_many; nothing stored when tracing is off."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+
+@pytest.fixture
+def traced(app):
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    app.enable_tracing(provider)
+    yield provider.get_tracer("the-web-app"), exporter
+    provider.shutdown()
+
+
+def by_name(exporter):
+    spans = {}
+    for span in exporter.get_finished_spans():
+        spans.setdefault(span.name, []).append(span)
+    return spans
+
+
+def traces_left(db):
+    return db.execute("SELECT count(*) FROM skiplock.job_traces").fetchone()[0]
+
+
+@pytest.mark.parametrize("lease", ["transaction", "claimed"])
+def test_one_trace_from_the_request_to_the_handlers_downstream_call(app, db, traced, lease):
+    tracer, exporter = traced
+
+    @app.task(name="send", queue="mail", lease=lease)
+    def send(job, to):
+        job.conn.execute("SELECT 1")
+        with tracer.start_as_current_span("downstream call"):
+            pass
+
+    with tracer.start_as_current_span("POST /signup"):
+        job_id = app.enqueue("send", {"to": "a@example.com"})
+    assert traces_left(db) == 1
+    app.worker(concurrency=1, handle_signals=False).run(stop_when_empty=True)
+    assert app.get_job(job_id).state == "done"
+    spans = by_name(exporter)
+    request, = spans["POST /signup"]
+    enqueue, = spans["skiplock enqueue send"]
+    execute, = spans["skiplock execute send"]
+    downstream, = spans["downstream call"]
+    trace_id = request.context.trace_id
+    assert {s.context.trace_id for s in (enqueue, execute, downstream)} == {trace_id}
+    assert enqueue.parent.span_id == request.context.span_id
+    assert execute.parent.span_id == enqueue.context.span_id  # the job carried the context
+    assert downstream.parent.span_id == execute.context.span_id
+    assert execute.attributes["skiplock.job_id"] == job_id and execute.attributes["skiplock.outcome"] == "done"
+    assert execute.attributes["messaging.destination.name"] == "mail"
+    assert "to" not in str(dict(execute.attributes)) and "example.com" not in str(dict(enqueue.attributes))
+    assert spans["skiplock claim"]
+    assert traces_left(db) == 0  # consumed by the attempt that committed
+
+
+def test_enqueue_many_jobs_continue_the_batch_span_and_a_failure_is_an_error(app, traced):
+    tracer, exporter = traced
+
+    @app.task(name="fast", max_attempts=1)
+    def fast(job, n):
+        if n == 3:
+            raise ValueError("three")
+
+    with tracer.start_as_current_span("import"):
+        ids = app.enqueue_many([("fast", {"n": n}) for n in range(5)])
+    app.worker(concurrency=1, handle_signals=False).run(stop_when_empty=True)
+    spans = by_name(exporter)
+    enqueue, = spans["skiplock enqueue fast"]
+    executes = spans["skiplock execute fast"]
+    assert sorted(s.attributes["skiplock.job_id"] for s in executes) == ids
+    assert {s.parent.span_id for s in executes} == {enqueue.context.span_id}
+    failed = [s for s in executes if s.status.status_code == StatusCode.ERROR]
+    assert [s.attributes["skiplock.outcome"] for s in failed] == ["failed"] and "three" in failed[0].status.description
+
+
+def test_nothing_is_stored_when_tracing_is_off(app, db):
+    app.enqueue("anything")
+    app.enqueue_many([("anything", {}) for _ in range(3)])
+    assert traces_left(db) == 0
+
+
+def test_the_documented_example_runs_and_shows_one_trace(dsn, tmp_path):
+    """docs/observability.md's OpenTelemetry example, as written, in a process of its own (it sets the
+    global tracer provider), against the test database (SKIPLOCK_DSN)."""
+    import json
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "observability.md").read_text()
+    section = doc.split("## OpenTelemetry traces", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    code += "\ntrace.get_tracer_provider().shutdown()\n"
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("SKIPLOCK_")}
+    env["SKIPLOCK_DSN"] = dsn
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    spans = [json.loads(chunk) for chunk in re.findall(r"^\{.*?^\}", result.stdout, re.S | re.M)]
+    by = {s["name"]: s for s in spans}
+    request, enqueue = by["POST /signup"], by["skiplock enqueue send_welcome_email"]
+    execute, smtp = by["skiplock execute send_welcome_email"], by["smtp send"]
+    assert len({s["context"]["trace_id"] for s in (request, enqueue, execute, smtp)}) == 1
+    assert execute["parent_id"] == enqueue["context"]["span_id"] and smtp["parent_id"] == execute["context"]["span_id"]
+
+
+def test_outbox_put_and_deliver_spans(app, traced):
+    tracer, exporter = traced
+
+    class Collect:
+        def __init__(self):
+            self.payloads = []
+
+        def deliver(self, message):
+            if message.payload["n"] == 2:
+                raise RuntimeError("receiver down")
+            self.payloads.append(message.payload)
+
+    sink = Collect()
+    with tracer.start_as_current_span("POST /order"):
+        app.outbox.put("orders", {"n": 1})
+        app.outbox.put("orders", {"n": 2}, max_attempts=1)
+    app.relay(sink, listen=False).run(stop_when_empty=True)
+    spans = by_name(exporter)
+    request, = spans["POST /order"]
+    puts = spans["skiplock outbox put orders"]
+    assert len(puts) == 2 and {p.parent.span_id for p in puts} == {request.context.span_id}
+    delivers = spans["skiplock outbox deliver orders"]
+    assert sum(d.attributes["messaging.batch.message_count"] for d in delivers) == 2
+    assert sum(d.attributes["skiplock.outbox.failed"] for d in delivers) == 1
+    assert [d.status.status_code for d in delivers if d.attributes["skiplock.outbox.failed"]] == [StatusCode.ERROR]
