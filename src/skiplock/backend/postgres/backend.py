@@ -41,6 +41,7 @@ from .errors import CONNECTION_LOST, SESSION_ENDED, connection_lost, one_line, s
 from .lease import PostgresLease, PostgresSession
 from .notifications import PostgresNotifications
 from .queries import load_migrations, load_queries
+from .reads import PostgresReads
 from .steps import Steps, T, Undoable, run, run_async
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
@@ -254,7 +255,7 @@ def _on_session(verb: Any) -> Any:
     return on_session
 
 
-class PostgresBackend:
+class PostgresBackend(PostgresReads):
     # Everything the port's capabilities name (see base.Capabilities); a backend built with
     # ``capabilities=Capabilities(server_bounds_lease=False)`` opens its leases without the
     # server-side timeouts (then the worker's watchdog bounds them: tests of that opt-out).
