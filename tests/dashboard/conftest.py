@@ -6,24 +6,17 @@ from __future__ import annotations
 from typing import Iterator
 
 import pytest
-from starlette.testclient import TestClient
+from starlette.testclient import TestClient  # noqa: F401 - the fixtures' type
 
 import skiplock
 from skiplock.dashboard import create_app
 
-VIEWER = "viewer-token-0123456789abcdef"
-OPERATOR = "operator-token-0123456789abcdef"
+from dashboard_support import OPERATOR, VIEWER, client
 
 
 @pytest.fixture
 def dash(app: skiplock.App):
     return create_app(app, token=VIEWER, operator_token=OPERATOR)
-
-
-def client(asgi, token: str | None = None) -> TestClient:
-    """Starlette's TestClient: an httpx client driving the ASGI app in-process (no redirects followed)."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return TestClient(asgi, base_url="http://testserver", headers=headers, follow_redirects=False)
 
 
 @pytest.fixture

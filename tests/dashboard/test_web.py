@@ -14,7 +14,7 @@ import skiplock
 from skiplock.dashboard import create_app
 from skiplock.dashboard.auth import COOKIE
 
-from .conftest import OPERATOR, VIEWER, client
+from dashboard_support import OPERATOR, VIEWER, client
 
 PAGES = ["/", "/jobs", "/running", "/workers", "/queues", "/cron", "/outbox", "/audit"]
 

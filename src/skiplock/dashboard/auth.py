@@ -145,4 +145,6 @@ class Auth:
         """May this identity act with this CSRF token? A bearer request needs none."""
         if identity.via == "bearer":
             return True
-        return bool(given) and identity.csrf is not None and hmac.compare_digest(given.encode(), identity.csrf.encode())
+        if not given or identity.csrf is None:
+            return False
+        return hmac.compare_digest(given.encode(), identity.csrf.encode())
