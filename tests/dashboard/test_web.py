@@ -132,6 +132,16 @@ def test_cookie_action_needs_the_csrf_token(dash, app):
     assert entry.target == {"job_id": ids[0]}
 
 
+def test_a_queue_name_with_a_slash_can_be_paused(operator, app):
+    @app.task(name="t", queue="team/a")
+    def t(job):
+        pass
+
+    app.enqueue("t", {})
+    assert operator.post("/queues/team/a/pause").status_code == 303
+    assert app.read_model.backend.paused_queues() == ["team/a"]
+
+
 def test_pause_resume_audited_and_shown(operator, app):
     fail_some(app, 1, queue="mail")
     assert operator.post("/queues/mail/pause").status_code == 303
@@ -243,3 +253,23 @@ def test_mounted_in_a_starlette_app_with_extra_routes(app):
         assert 'href="/ops/skiplock/static/dashboard.css"' in page
         assert c.get("/ops/skiplock/metrics").text == "skiplock_up 1\n"
         assert c.get("/ops/skiplock/static/dashboard.js").status_code == 200
+
+
+def test_mounted_by_a_plain_asgi_dispatcher_as_in_the_django_recipe(app):
+    """docs/dashboard.md's Django asgi.py: a prefix routed to the dashboard with root_path set."""
+    dash = create_app(app, token=VIEWER)
+    other = Starlette(routes=[Route("/admin/", lambda request: PlainTextResponse("django"))])  # Django's stand-in
+
+    async def application(scope, receive, send):
+        if scope["type"] == "http" and scope["path"].startswith("/ops/skiplock"):
+            scope = dict(scope, root_path=scope.get("root_path", "") + "/ops/skiplock")
+            return await dash(scope, receive, send)
+        return await other(scope, receive, send)
+
+    with client(application) as c:
+        assert c.get("/admin/").text == "django"
+        assert c.get("/ops/skiplock/queues", headers={"Accept": "text/html"}).headers["location"].startswith(
+            "/ops/skiplock/login")
+    with client(application, VIEWER) as c:
+        page = c.get("/ops/skiplock/jobs")
+        assert page.status_code == 200 and 'action="/ops/skiplock/jobs"' in page.text

@@ -331,9 +331,9 @@ class Dashboard:
             return text
 
         text = await run_in_threadpool(act)
-        where = "/jobs" if action == "delete" else f"/jobs/{job_id}"
-        return self._back(request, str(form.get("back") or where) if str(form.get("back") or "").startswith("/")
-                          else where, text)
+        back = str(form.get("back") or "")
+        where = back if back in ("/running", "/jobs") else "/jobs" if action == "delete" else f"/jobs/{job_id}"
+        return self._back(request, where, text)
 
     async def bulk(self, request: Request) -> Response:
         """Bulk retry/cancel/delete of the jobs matching a filter: first a confirmation page saying
@@ -481,7 +481,7 @@ def build(app: Any, auth: Auth, *, routes: Sequence[Any], redact: Any, poll_seco
         Route("/running", d.running),
         Route("/workers", d.workers),
         Route("/queues", d.queues),
-        Route("/queues/{queue:str}/{action:str}", d.queue_action, methods=["POST"]),
+        Route("/queues/{queue:path}/{action:str}", d.queue_action, methods=["POST"]),  # a queue name may hold "/"
         Route("/cron", d.cron),
         Route("/outbox", d.outbox),
         Route("/outbox/redrive", d.redrive, methods=["POST"]),
