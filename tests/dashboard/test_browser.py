@@ -103,6 +103,26 @@ def unlabelled_fields(page) -> list[str]:
         .map(e => e.outerHTML)""")
 
 
+LOW_CONTRAST = """() => {
+  const lum = (c) => { const [r, g, b] = c.map(v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; });
+                       return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+  const rgba = (s) => (s.match(/[\\d.]+/g) || []).map(Number);
+  const background = (e) => { for (; e; e = e.parentElement) { const c = rgba(getComputedStyle(e).backgroundColor);
+                               if (c.length === 3 || c[3] > 0) return c.slice(0, 3); } return [255, 255, 255]; };
+  const out = [];
+  for (const e of document.querySelectorAll('body *')) {
+    if (![...e.childNodes].some(n => n.nodeType === 3 && n.textContent.trim())) continue;
+    const style = getComputedStyle(e);
+    if (style.visibility === 'hidden' || style.display === 'none' || e.getClientRects().length === 0) continue;
+    const fg = lum(rgba(style.color).slice(0, 3)), bg = lum(background(e));
+    const ratio = (Math.max(fg, bg) + 0.05) / (Math.min(fg, bg) + 0.05);
+    const large = parseFloat(style.fontSize) >= 24 || (parseFloat(style.fontSize) >= 18.66 && parseInt(style.fontWeight) >= 700);
+    if (ratio < (large ? 3 : 4.5)) out.push(e.tagName + ' ' + ratio.toFixed(2) + ': ' + e.textContent.trim().slice(0, 40));
+  }
+  return out;
+}"""
+
+
 def tab_until(page, accessible_text: str, limit: int = 60) -> bool:
     """Press Tab until the focused element's text is ``accessible_text`` (or its aria-label)."""
     for _ in range(limit):
@@ -142,6 +162,7 @@ def test_operator_journey(browser, served, app, tmp_path):
         page.wait_for_url("**/jobs?state=failed*")
         assert page.locator("table.jobs tbody tr").count() == 3
         assert not unlabelled_fields(page)
+        assert not page.evaluate(LOW_CONTRAST)
         shot(page, "jobs")
 
         # open a job
@@ -189,6 +210,7 @@ def test_operator_journey(browser, served, app, tmp_path):
                            ("audit", "/audit")]:
             page.goto(served + path)
             assert not unlabelled_fields(page), path
+            assert not page.evaluate(LOW_CONTRAST), path  # WCAG AA: 4.5:1 (3:1 for large text)
             shot(page, name)
         audit = page.locator("table.audit").inner_text()
         assert "bulk retry" in audit and "pause" in audit
