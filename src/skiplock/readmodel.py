@@ -188,7 +188,136 @@ def _make_cursor(what: str, key: Any) -> str:
     return json.dumps([what, key], separators=(",", ":"))
 
 
-class ReadModel:
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs a list or a bulk action covers; every field None means any. ``state`` as the read
+    model shows it (``running`` includes transaction-lease jobs in flight, ``queued`` leaves them out);
+    ``error_class`` as :class:`FailureClass` computes it; ``since``/``until``: the job's ``created_at``
+    (``since`` inclusive, ``until`` exclusive); ``args``: a case-insensitive substring of the args'
+    JSON text."""
+
+    state: str | None = None
+    queue: str | None = None
+    task: str | None = None
+    error_class: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    args: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("state", "queue", "task", "error_class", "since", "until", "args")}
+
+    def described(self) -> dict[str, str]:
+        """The fields that are set, as text (for an audit row or a confirmation)."""
+        return {k: (v.isoformat() if isinstance(v, datetime) else str(v)) for k, v in self.as_dict().items()
+                if v is not None}
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A job as a list shows it (no args, no result: see ``App.get_job`` for those; ``last_error``
+    cut to its first 300 characters)."""
+
+    id: int
+    queue: str
+    task: str
+    state: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    last_error: str | None
+    worker: str | None
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Jobs finished in one minute (``minute``: its start), by outcome."""
+
+    minute: datetime
+    done: int
+    failed: int
+    cancelled: int
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One action recorded by the dashboard: who (role and how it authenticated), what, on which
+    filter or ids (``target``), how many rows it touched."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    target: dict[str, Any]
+    affected: int
+
+
+def _check_filter(flt: JobFilter) -> JobFilter:
+    from .job import JobState
+
+    if not isinstance(flt, JobFilter):
+        raise ValueError(f"expected a JobFilter, got {flt!r}")
+    if flt.state is not None and flt.state not in {s.value for s in JobState}:
+        raise ValueError(f"unknown state {flt.state!r}; one of {', '.join(s.value for s in JobState)}")
+    for name in ("since", "until"):
+        value = getattr(flt, name)
+        if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
+            raise ValueError(f"{name} must be a datetime with a time zone, got {value!r}")
+    for name in ("queue", "task", "error_class", "args"):
+        value = getattr(flt, name)
+        if value is not None and (not isinstance(value, str) or not value or len(value) > 1000 or "\x00" in value):
+            raise ValueError(f"{name} must be a non-empty text of at most 1000 characters, got {value!r}")
+    return flt
+
+
+class JobReads:
+    """The read model's filtered job list, throughput and audit log (mixed into :class:`ReadModel`)."""
+
+    backend: Any
+
+    def find_jobs(self, flt: JobFilter = JobFilter(), *, limit: int = 50,
+                  after: str | None = None) -> "Page[JobRow]":
+        """The jobs matching ``flt``, newest first: a page of at most ``limit`` (keyset on id)."""
+        key = _cursor(after, "jobs")
+        if key is not None and (isinstance(key, bool) or not isinstance(key, int)):
+            raise ValueError(f"not a cursor of jobs: {after!r}")
+        rows = self.backend.find_jobs(_check_filter(flt).as_dict(), key, _limit(limit))
+        items = [JobRow(**r) for r in rows]
+        return Page(items, _make_cursor("jobs", items[-1].id) if len(items) == limit else None)
+
+    def count_jobs(self, flt: JobFilter = JobFilter(), *, cap: int = 10_000) -> tuple[int, bool]:
+        """How many jobs match ``flt``, counted up to ``cap``: (count, more) -- ``more`` True when
+        more than ``cap`` match (the count is then ``cap``)."""
+        ids = self.backend.matching_job_ids(_check_filter(flt).as_dict(), None, _limit(cap) + 1)
+        return min(len(ids), cap), len(ids) > cap
+
+    def matching_ids(self, flt: JobFilter, *, limit: int = 1000, before: int | None = None) -> list[int]:
+        """The ids of the jobs matching ``flt``, newest first, below ``before`` (a bulk action's pages)."""
+        return self.backend.matching_job_ids(_check_filter(flt).as_dict(), before, _limit(limit))
+
+    def throughput(self, within: timedelta = timedelta(hours=1)) -> list[Throughput]:
+        """Jobs finished per minute over the last ``within`` (minutes with none are absent)."""
+        return [Throughput(*r) for r in self.backend.throughput(within.total_seconds())]
+
+    def last_fire(self, schedule: str) -> datetime | None:
+        """When the periodic schedule ``schedule`` last enqueued a job (its last tick), or None."""
+        return self.backend.last_tick(schedule)
+
+    def audit_log(self, *, limit: int = 100, after: str | None = None) -> "Page[AuditEntry]":
+        """The dashboard's audit log, newest first (keyset on id)."""
+        key = _cursor(after, "audit")
+        if key is not None and (isinstance(key, bool) or not isinstance(key, int)):
+            raise ValueError(f"not a cursor of audit: {after!r}")
+        items = [AuditEntry(r[0], r[1], r[2], r[3], dict(r[4] or {}), int(r[5]))
+                 for r in self.backend.audit_rows(key, _limit(limit))]
+        return Page(items, _make_cursor("audit", items[-1].id) if len(items) == limit else None)
+
+
+class ReadModel(JobReads):
     """Read-only views of the queue (see the module's docstring for what each promises)."""
 
     def __init__(self, backend: ReadBackend, live_seconds: float | None = None):
@@ -256,7 +385,7 @@ def all_pages(fetch: Any, limit: int = 1000) -> list[Any]:
 
 
 __all__: Sequence[str] = ("Page", "QueueCount", "RunningJob", "BatchInFlight", "WorkerInfo", "FailureClass",
-                          "QueueAge", "ReadModel", "all_pages")
+                          "QueueAge", "ReadModel", "all_pages", "JobFilter", "JobRow", "Throughput", "AuditEntry")
 
 
 

@@ -15,6 +15,7 @@ the one place that adds them to the group, so the full list of commands is read 
 ``outbox``         ``relay``, ``outbox`` (list, ``show``, ``put``, ``redrive``, ``prune``)
 ``server``         ``migrate``, ``server`` (``start``, ``stop``)
 ``demo``           ``scenario``, ``demo``
+``dashboard``      ``dashboard`` (the web dashboard)
 =================  ==========================================================
 
 The console script ``skiplock`` and ``python -m skiplock`` both run :func:`main`.
@@ -23,7 +24,7 @@ The console script ``skiplock`` and ``python -m skiplock`` both run :func:`main`
 from __future__ import annotations
 
 from ..errors import UnknownTask
-from . import demo, jobs, lifecycle, outbox, server, status, worker
+from . import dashboard, demo, jobs, lifecycle, outbox, server, status, worker
 from .group import cli, fail
 
 __all__ = ["cli", "main"]
@@ -37,6 +38,7 @@ for _command in (
     outbox.relay, outbox.outbox,
     server.migrate, server.server,
     demo.scenario, demo.demo,
+    dashboard.dashboard,
 ):
     cli.add_command(_command)
 del _command

@@ -19,9 +19,10 @@ from .connections import connect, row_of, session_options
 from .leasing import Leasing
 from .operating import Operating
 from .queries import load_migrations
+from .reads import PostgresReads
 
 
-class PostgresBackend(Leasing, Operating):
+class PostgresBackend(Leasing, Operating, PostgresReads):
     """Every verb of ``base.Backend`` on PostgreSQL (see the module docstring for where each lives)."""
 
     # ---- schema ------------------------------------------------------------------------------

@@ -919,3 +919,101 @@ SELECT j.queue, count(*) AS ready, min(j.run_at) AS oldest_run_at, now() - min(j
    AND NOT EXISTS (SELECT FROM in_flight f WHERE f.job_id = j.id)
  GROUP BY j.queue
  ORDER BY j.queue;
+
+-- ==== the dashboard's reads and writes (skiplock.dashboard; Python in reads.py) ================
+-- Every statement here runs in a transaction with a local statement_timeout (`dash_timeout`), is
+-- bounded by a LIMIT, pages by keyset (never OFFSET), and reads pg_stat_activity at most once per
+-- statement (the attempts_in_flight view, MATERIALIZED), never per row.
+
+-- name: dash_timeout
+-- The next statements of this transaction are ended by the server past %(ms)s milliseconds.
+SELECT set_config('statement_timeout', %(ms)s, true);
+
+-- name: dash_throughput
+-- Jobs finished in the last %(seconds)s seconds, per minute: done, failed, cancelled. Reads a range
+-- of jobs_finished_idx (finished_at of finished rows), so it is bounded by the jobs finished in that
+-- window, whatever the table's size; at most seconds/60 + 1 rows.
+SELECT date_trunc('minute', finished_at) AS minute,
+       count(*) FILTER (WHERE state = 'done') AS done,
+       count(*) FILTER (WHERE state = 'failed') AS failed,
+       count(*) FILTER (WHERE state = 'cancelled') AS cancelled
+  FROM {schema}.jobs
+ WHERE state IN ('done', 'failed', 'cancelled')
+   AND finished_at >= now() - %(seconds)s::float8 * interval '1 second'
+ GROUP BY 1
+ ORDER BY 1;
+
+-- name: dash_find_jobs
+-- The jobs matching a filter, newest first, keyset on id < %(before)s, at most %(limit)s. Each
+-- filter is optional (NULL: any). State as the read model shows it: a transaction-lease job in
+-- flight (its row says 'queued', see attempts_in_flight) is 'running', and 'queued' leaves it out.
+-- error_class: as `failure_classes` computes it. since/until: the job's created_at. args: a
+-- case-insensitive substring of the args' JSON text. The scan walks the primary key backwards and
+-- stops at %(limit)s rows; a filter that matches few rows may read many (statement_timeout bounds it).
+WITH in_flight AS MATERIALIZED (SELECT job_id FROM {schema}.attempts_in_flight)
+SELECT j.id, j.queue, j.task,
+       CASE WHEN j.state = 'queued' AND j.id IN (SELECT job_id FROM in_flight) THEN 'running' ELSE j.state END AS state,
+       j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at,
+       left(j.last_error, 300) AS last_error, j.worker
+  FROM {schema}.jobs j
+ WHERE (%(state)s::text IS NULL
+        OR (%(state)s = 'running' AND (j.state = 'running' OR (j.state = 'queued' AND j.id IN (SELECT job_id FROM in_flight))))
+        OR (%(state)s = 'queued' AND j.state = 'queued' AND j.id NOT IN (SELECT job_id FROM in_flight))
+        OR (%(state)s NOT IN ('running', 'queued') AND j.state = %(state)s))
+   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+   AND (%(task)s::text IS NULL OR j.task = %(task)s)
+   AND (%(error_class)s::text IS NULL
+        OR coalesce(substring(j.last_error FROM '^([^:\n]{{1,200}}):'), 'other') = %(error_class)s)
+   AND (%(since)s::timestamptz IS NULL OR j.created_at >= %(since)s)
+   AND (%(until)s::timestamptz IS NULL OR j.created_at < %(until)s)
+   AND (%(args)s::text IS NULL OR strpos(lower(j.args::text), lower(%(args)s)) > 0)
+   AND (%(before)s::bigint IS NULL OR j.id < %(before)s)
+ ORDER BY j.id DESC
+ LIMIT %(limit)s;
+
+-- name: dash_matching_ids
+-- The ids of the jobs matching the same filter as `dash_find_jobs` (same WHERE), newest first,
+-- keyset on id < %(before)s, at most %(limit)s: what a bulk action counts and then acts on.
+WITH in_flight AS MATERIALIZED (SELECT job_id FROM {schema}.attempts_in_flight)
+SELECT j.id
+  FROM {schema}.jobs j
+ WHERE (%(state)s::text IS NULL
+        OR (%(state)s = 'running' AND (j.state = 'running' OR (j.state = 'queued' AND j.id IN (SELECT job_id FROM in_flight))))
+        OR (%(state)s = 'queued' AND j.state = 'queued' AND j.id NOT IN (SELECT job_id FROM in_flight))
+        OR (%(state)s NOT IN ('running', 'queued') AND j.state = %(state)s))
+   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+   AND (%(task)s::text IS NULL OR j.task = %(task)s)
+   AND (%(error_class)s::text IS NULL
+        OR coalesce(substring(j.last_error FROM '^([^:\n]{{1,200}}):'), 'other') = %(error_class)s)
+   AND (%(since)s::timestamptz IS NULL OR j.created_at >= %(since)s)
+   AND (%(until)s::timestamptz IS NULL OR j.created_at < %(until)s)
+   AND (%(args)s::text IS NULL OR strpos(lower(j.args::text), lower(%(args)s)) > 0)
+   AND (%(before)s::bigint IS NULL OR j.id < %(before)s)
+ ORDER BY j.id DESC
+ LIMIT %(limit)s;
+
+-- name: dash_delete_finished
+-- Delete the given jobs that are finished (done, failed, cancelled) and not locked: a queued or
+-- running job is never deleted (cancel it first), and a row another transaction holds is skipped
+-- (SKIP LOCKED), never waited on. Their attempt rows go with them. Returns the ids deleted.
+WITH gone AS (
+  DELETE FROM {schema}.jobs WHERE id IN (
+    SELECT id FROM {schema}.jobs WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('done', 'failed', 'cancelled')
+       FOR UPDATE SKIP LOCKED)
+  RETURNING id),
+attempts AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM gone))
+SELECT id FROM gone;
+
+-- name: dash_audit_write
+-- One audit row (see migration 12): who, what, on what, how many.
+INSERT INTO {schema}.audit_log (actor, action, target, affected)
+VALUES (%(actor)s, %(action)s, %(target)s::jsonb, %(affected)s)
+RETURNING id;
+
+-- name: dash_audit_rows
+-- The audit log newest first, keyset on id < %(before)s, at most %(limit)s.
+SELECT id, at, actor, action, target, affected
+  FROM {schema}.audit_log
+ WHERE (%(before)s::bigint IS NULL OR id < %(before)s)
+ ORDER BY id DESC
+ LIMIT %(limit)s;

@@ -1,0 +1,80 @@
+"""The dashboard's backend verbs for PostgreSQL (a mixin :class:`PostgresBackend` inherits): the
+filtered job list and its ids for bulk actions, throughput per minute, deleting finished jobs, and
+the audit log. Their SQL is the dashboard section at the end of queries.sql.
+
+Every statement runs in a transaction of its own on a pooled connection with a local
+``statement_timeout`` (:data:`STATEMENT_TIMEOUT_MS`, or the backend's ``dashboard_timeout_ms``): a
+page never holds the server longer than that, whatever the table's size; the server's error then
+reaches the caller as :class:`~skiplock.errors.DatabaseError`."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Mapping, Sequence
+
+import psycopg
+from psycopg.rows import dict_row
+
+from .errors import translate
+
+# A dashboard statement is ended by the server past this many milliseconds.
+STATEMENT_TIMEOUT_MS = 5000
+
+FILTER_KEYS = ("state", "queue", "task", "error_class", "since", "until", "args")
+
+
+def _filter_params(flt: Mapping[str, Any], before: int | None, limit: int) -> dict[str, Any]:
+    params = {key: flt.get(key) for key in FILTER_KEYS}
+    params.update(before=before, limit=limit)
+    return params
+
+
+class PostgresReads:
+    """The dashboard's verbs (see the module docstring). Needs the backend's ``_conn`` and ``q``."""
+
+    dashboard_timeout_ms: int = STATEMENT_TIMEOUT_MS
+    q: dict[str, str]
+    dsn: str
+
+    def _conn(self) -> Any:  # PostgresBackend's
+        raise NotImplementedError
+
+    def _bounded(self, name: str, params: Mapping[str, Any], *, dicts: bool = False) -> list[Any]:
+        """Run one named statement in a transaction with the dashboard's statement timeout."""
+        try:
+            with self._conn() as conn, conn.transaction():
+                conn.execute(self.q["dash_timeout"], {"ms": str(int(self.dashboard_timeout_ms))})
+                cur = conn.cursor(row_factory=dict_row) if dicts else conn.cursor()
+                cur.execute(self.q[name], params)
+                return cur.fetchall() if cur.description else []
+        except psycopg.Error as exc:
+            raise translate(exc, self.dsn) from None
+
+    def find_jobs(self, flt: Mapping[str, Any], before: int | None, limit: int) -> list[dict[str, Any]]:
+        """Jobs matching ``flt`` (keys of FILTER_KEYS, None: any), newest first, ids below ``before``."""
+        return self._bounded("dash_find_jobs", _filter_params(flt, before, limit), dicts=True)
+
+    def matching_job_ids(self, flt: Mapping[str, Any], before: int | None, limit: int) -> list[int]:
+        """The ids of the jobs ``find_jobs`` would list, newest first, below ``before``, at most ``limit``."""
+        return [int(r[0]) for r in self._bounded("dash_matching_ids", _filter_params(flt, before, limit))]
+
+    def throughput(self, seconds: float) -> list[tuple[datetime, int, int, int]]:
+        """(minute, done, failed, cancelled) of the jobs finished in the last ``seconds``."""
+        return [(r[0], int(r[1]), int(r[2]), int(r[3])) for r in
+                self._bounded("dash_throughput", {"seconds": float(seconds)})]
+
+    def delete_finished_jobs(self, ids: Sequence[int]) -> list[int]:
+        """Delete those of ``ids`` that are finished and not locked; returns the ids deleted."""
+        return [int(r[0]) for r in self._bounded("dash_delete_finished", {"ids": list(ids)})]
+
+    def audit_write(self, actor: str, action: str, target: Mapping[str, Any], affected: int) -> int:
+        rows = self._bounded("dash_audit_write", {"actor": actor, "action": action,
+                                                  "target": json.dumps(dict(target), default=str),
+                                                  "affected": int(affected)})
+        return int(rows[0][0])
+
+    def audit_rows(self, before: int | None, limit: int) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in self._bounded("dash_audit_rows", {"before": before, "limit": limit})]
+
+

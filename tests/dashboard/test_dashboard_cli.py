@@ -1,0 +1,75 @@
+"""``skiplock dashboard``, the real command in a real process: closed by default (a generated token
+printed as a login URL), tokens from files, one-line errors (exit 2), and the extra's hint."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+
+import httpx
+
+from support import wait_for
+
+
+def env_for(dsn: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_")}
+    env.update(SKIPLOCK_DSN=dsn, PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_without_a_token_one_is_generated_and_printed_as_a_login_url(dsn):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "skiplock", "--quiet", "dashboard", "--port", str(port)],
+                            env=env_for(dsn), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stderr.readline()
+        match = re.search(rf"log in at (http://127\.0\.0\.1:{port}/login\?token=(\S+))", line)
+        assert match, line
+        url, token = match.groups()
+        assert len(token) >= 32
+
+        def up() -> bool:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                return True
+            except OSError:
+                return False
+
+        wait_for(up, 30, "the dashboard to listen")
+        assert httpx.get(f"http://127.0.0.1:{port}/api/overview").status_code == 401
+        with httpx.Client() as c:
+            r = c.get(url)
+            assert r.status_code == 303 and "skiplock_session" in r.headers["set-cookie"]
+            assert c.get(f"http://127.0.0.1:{port}/queues").status_code == 200  # the session cookie
+        assert httpx.get(f"http://127.0.0.1:{port}/api/overview",
+                         headers={"Authorization": f"Bearer {token}"}).status_code == 200
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+
+
+def test_a_short_token_file_is_refused_in_one_line(dsn, tmp_path):
+    short = tmp_path / "token"
+    short.write_text("abc\n")
+    short.chmod(0o600)
+    r = subprocess.run([sys.executable, "-m", "skiplock", "--quiet", "dashboard", "--token-file", str(short)],
+                       env=env_for(dsn), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "at least 16 characters" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_without_the_extra_the_command_says_what_to_install(dsn):
+    code = ("import sys; sys.modules['uvicorn'] = None; from skiplock.cli import main; "
+            "sys.argv = ['skiplock', '--quiet', 'dashboard']; main()")
+    r = subprocess.run([sys.executable, "-c", code], env=env_for(dsn), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "pip install 'skiplock[dashboard]'" in r.stderr and r.stderr.count("\n") == 1
