@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 import click
 
-from ..worker.batching import DEFAULT_BATCH_SIZE
 from .group import APP_SEARCH, Context, fail, handle_errors
+from .params import Duration
+
+# skiplock.worker.batching.DEFAULT_BATCH_SIZE, written out so that the command line does not import
+# the worker to show its help (tests/unit/test_cli_defaults.py checks they agree).
+DEFAULT_BATCH_SIZE = 32
 
 
 @click.command()
@@ -16,18 +21,22 @@ from .group import APP_SEARCH, Context, fail, handle_errors
               help=f"module:app holding the tasks. {APP_SEARCH}")
 @click.option("--queues", help="Comma-separated queues to serve [all].")
 @click.option("--concurrency", type=click.IntRange(1, 512), default=4, show_default=True, help="Slots (connections).")
-@click.option("--poll-interval", type=click.FloatRange(0.01, 60), default=0.5, show_default=True,
+@click.option("--poll-interval", type=Duration(0.01, 60), default=0.5, show_default=True,
               help="Fallback poll when no NOTIFY arrives.")
 @click.option("--batch-size", type=click.IntRange(1, 1000), default=DEFAULT_BATCH_SIZE, show_default=True,
               help="Most jobs one claim takes; fast jobs then share one commit (adaptive, see docs/batches.md).")
-@click.option("--batch-budget", type=click.FloatRange(0.001, 60), default=0.05, show_default=True,
-              help="Seconds after which a batch starts no further job.")
+@click.option("--batch-budget", type=Duration(0.001, 60), default=0.05, show_default=True,
+              help="Time after which a batch starts no further job (seconds, or 50ms).")
 @click.option("--batch-slots", type=click.IntRange(1, 512), default=1, show_default=True,
               help="Slots that may run a batch at the same time.")
 @click.option("--fixed-concurrency", is_flag=True,
               help="Let every slot hold a lease at once (by default the number adapts to how fast claims and "
                    "commits are: see docs/batches.md).")
-@click.option("--stop-when-empty", is_flag=True, help="Exit once no job is available.")
+@click.option("--stop-when-empty", is_flag=True,
+              help="Exit once no job is available, after waiting for jobs due within --due-within (retries); "
+                   "says what it leaves behind.")
+@click.option("--due-within", type=Duration(0, 3600), default=10.0, show_default=True,
+              help="With --stop-when-empty: first wait for queued jobs due this soon (0: do not wait).")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO", show_default=True)
 @click.option("--no-maintenance", is_flag=True, help="Do not run the periodic scheduler and the pruner here.")
 @click.option("--fail-unknown-tasks", is_flag=True,
@@ -37,7 +46,7 @@ from .group import APP_SEARCH, Context, fail, handle_errors
 @handle_errors
 def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, poll_interval: float,
            batch_size: int, batch_budget: float, batch_slots: int, fixed_concurrency: bool, stop_when_empty: bool,
-           log_level: str, no_maintenance: bool, fail_unknown_tasks: bool) -> None:
+           due_within: float, log_level: str, no_maintenance: bool, fail_unknown_tasks: bool) -> None:
     """Run a worker. SIGINT/SIGTERM: finish in-flight jobs and exit 0; a second signal aborts them."""
     logging.basicConfig(level=log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = obj.app(app_spec)
@@ -45,14 +54,37 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
     if queue_list is not None and not all(queue_list):
         fail(f"--queues has an empty name: {queues!r}")
     app.check()
-    w = app.worker(queues=queue_list, concurrency=concurrency, poll_interval=poll_interval,
-                   batch_size=batch_size, batch_budget=batch_budget, batch_slots=batch_slots,
-                   maintenance=not no_maintenance, fail_unknown_tasks=fail_unknown_tasks,
-                   adaptive_limit=not fixed_concurrency)
-    logging.getLogger("skiplock.worker").info(
-        "worker %s serving %s with %d slot(s); tasks: %s", w.name, ", ".join(queue_list) if queue_list else "all queues",
-        concurrency, ", ".join(sorted(app.tasks)) or "none")
-    stats = w.run(stop_when_empty=stop_when_empty)
-    logging.getLogger("skiplock.worker").info("worker %s stopped: %d done, %d retried, %d failed", w.name, stats.done,
-                                              stats.retried, stats.failed)
-    sys.exit(1 if stats.aborted else 0)
+
+    def make_worker() -> Any:
+        return app.worker(queues=queue_list, concurrency=concurrency, poll_interval=poll_interval,
+                          batch_size=batch_size, batch_budget=batch_budget, batch_slots=batch_slots,
+                          maintenance=not no_maintenance, fail_unknown_tasks=fail_unknown_tasks,
+                          adaptive_limit=not fixed_concurrency)
+
+    w = make_worker()
+    log = logging.getLogger("skiplock.worker")
+    log.info("worker %s serving %s with %d slot(s); tasks: %s", w.name,
+             ", ".join(queue_list) if queue_list else "all queues", concurrency, ", ".join(sorted(app.tasks)) or "none")
+    if not stop_when_empty:
+        stats = w.run()
+        log.info("worker %s stopped: %d done, %d retried, %d failed", w.name, stats.done, stats.retried, stats.failed)
+        sys.exit(1 if stats.aborted else 0)
+    from .drain import drain, left_behind
+
+    workers = [w]
+
+    def run_once() -> Any:
+        if workers[-1].started.is_set():  # a Worker runs once: the next drain is a new one
+            workers.append(make_worker())
+        return workers[-1].run(stop_when_empty=True)
+
+    # A run stopped by SIGINT/SIGTERM (the worker counts the signals it got) ends the command.
+    signalled = lambda: any(x.stats.aborted or getattr(x, "_signals", 0) for x in workers)  # noqa: E731
+    runs = drain(app, queue_list, due_within, run_once, signalled, log)
+    log.info("worker %s stopped: %d done, %d retried, %d failed", w.name, sum(r.done for r in runs),
+             sum(r.retried for r in runs), sum(r.failed for r in runs))
+    aborted = any(r.aborted for r in runs)
+    if not aborted:
+        for line in left_behind(app, queue_list):
+            log.warning("%s", line)
+    sys.exit(1 if aborted else 0)

@@ -1,0 +1,24 @@
+"""``skiplock top``: the live view, run for a bounded number of refreshes against a real worker."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from cli_support import ok, run
+from support import wait_for
+
+
+def test_top_shows_queues_throughput_and_the_running_job(dsn, holding_worker):
+    _, release = holding_worker
+    held = ok(run(dsn, "enqueue", "hold", "--app", "cli_tasks:app", "--args",
+                  json.dumps({"release": str(release)}))).stdout.strip()
+    ok(run(dsn, "enqueue", "mail.send", "--app", "cli_tasks:app", "--args", '{"to": "a@x"}'))
+    wait_for(lambda: '"job_id": ' + held in run(dsn, "status", "--json").stdout, what="the job running")
+    out = ok(run(dsn, "top", "--iterations", "2", "--interval", "0.1")).stdout
+    assert out.count("skiplock top (schema skiplock)") == 2, out  # two refreshes, then it exits
+    assert "throughput:" in out and "jobs/s finished" in out, out
+    rows = [line for line in out.splitlines() if line.startswith(f"│ {held} ")]
+    assert rows and all("hold" in r and "transaction" in r for r in rows), out
+    assert any(re.match(r"│ mail\s+│\s+1 │", line) for line in out.splitlines()), out  # 1 queued
+    assert str(holding_worker[0].pid) in out, out
