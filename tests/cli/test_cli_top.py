@@ -22,3 +22,38 @@ def test_top_shows_queues_throughput_and_the_running_job(dsn, holding_worker):
     assert rows and all("hold" in r and "transaction" in r for r in rows), out
     assert any(re.match(r"│ mail\s+│\s+1 │", line) for line in out.splitlines()), out  # 1 queued
     assert str(holding_worker[0].pid) in out, out
+
+
+def test_top_on_a_terminal_redraws_in_place(dsn):
+    """On a terminal (a real pseudo-terminal here) the view is rich's Live display: it runs its
+    refreshes and exits 0, the screen showing the view."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from cli_support import HERE
+    from support import cli_env
+
+    ok(run(dsn, "enqueue", "effect"))
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "skiplock", "--quiet", "top", "--iterations", "3",
+                                 "--interval", "0.1"], cwd=HERE, env=cli_env(HERE, SKIPLOCK_DSN=dsn, TERM="xterm"),
+                                stdin=follower, stdout=follower, stderr=follower)
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # the terminal closed: the process has exited
+                break
+            if not data:
+                break
+            chunks.append(data)
+        assert proc.wait(timeout=60) == 0, b"".join(chunks).decode(errors="replace")
+    finally:
+        os.close(leader)
+    screen = b"".join(chunks).decode(errors="replace")
+    assert "skiplock top (schema skiplock)" in screen and "Traceback" not in screen, screen
+    assert "\x1b[" in screen  # drawn with terminal control sequences (Live), not printed frame after frame

@@ -85,6 +85,6 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
              sum(r.retried for r in runs), sum(r.failed for r in runs))
     aborted = any(r.aborted for r in runs)
     if not aborted:
-        for line in left_behind(app, queue_list):
-            log.warning("%s", line)
+        for line in left_behind(app, queue_list):  # INFO: stopping when empty left them on purpose
+            log.info("%s", line)
     sys.exit(1 if aborted else 0)
