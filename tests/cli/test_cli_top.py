@@ -57,3 +57,27 @@ def test_top_on_a_terminal_redraws_in_place(dsn):
     screen = b"".join(chunks).decode(errors="replace")
     assert "skiplock top (schema skiplock)" in screen and "Traceback" not in screen, screen
     assert "\x1b[" in screen  # drawn with terminal control sequences (Live), not printed frame after frame
+
+
+def test_status_watch_is_the_live_view(dsn):
+    import signal
+    import subprocess
+    import sys
+
+    from cli_support import HERE
+    from support import cli_env
+
+    proc = subprocess.Popen([sys.executable, "-m", "skiplock", "--quiet", "status", "--watch"], cwd=HERE,
+                            env=cli_env(HERE, SKIPLOCK_DSN=dsn), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # the first frame of the view
+            if "skiplock top (schema skiplock)" in line:
+                break
+        else:
+            raise AssertionError(proc.stderr.read() if proc.stderr else "no output")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 130  # Ctrl-C ends it: "interrupted"

@@ -95,6 +95,39 @@ def _interruptible_sleep(seconds: float) -> bool:
             signal.signal(s, handler)
 
 
+@dataclass(frozen=True)
+class Totals:
+    """The counts of every drain of one ``--stop-when-empty`` run (a worker's stats, summed)."""
+
+    done: int
+    retried: int
+    failed: int
+    aborted: bool
+
+
+def drain_until_quiet(app: App, first: Any, make_worker: Callable[[], Any], queues: Sequence[str] | None,
+                      horizon: float, log: Any) -> Totals:
+    """``worker --stop-when-empty``: :func:`drain` with ``first`` (a Worker runs once: each further
+    drain is a new one from ``make_worker``), then log what was left behind (unless aborted)."""
+    workers = [first]
+
+    def run_once() -> Any:
+        if workers[-1].started.is_set():
+            workers.append(make_worker())
+        return workers[-1].run(stop_when_empty=True)
+
+    def signalled() -> bool:  # a run told to stop by SIGINT/SIGTERM (the worker counts its signals) ends it
+        return any(w.stats.aborted or getattr(w, "_signals", 0) for w in workers)
+
+    runs = drain(app, queues, horizon, run_once, signalled, log)
+    totals = Totals(sum(r.done for r in runs), sum(r.retried for r in runs), sum(r.failed for r in runs),
+                    any(r.aborted for r in runs))
+    if not totals.aborted:
+        for line in left_behind(app, queues):  # INFO: stopping when empty left them on purpose
+            log.info("%s", line)
+    return totals
+
+
 def left_behind(app: App, queues: Sequence[str] | None) -> list[str]:
     """What a worker that stopped when empty leaves behind, as lines for its log ([] if nothing)."""
     from .formatting import took, when

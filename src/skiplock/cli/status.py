@@ -14,7 +14,7 @@ import click
 
 from ..job import JobState
 from .formatting import ago, took, when
-from .group import STATE_STYLE, Context, console, emit_json, handle_errors, json_flag, plain
+from .group import STATE_STYLE, Context, console, emit_json, fail, handle_errors, json_flag, plain
 
 if TYPE_CHECKING:
     from ..app import App
@@ -179,10 +179,22 @@ def worker_document(w: Any) -> dict[str, Any]:
 
 @click.command()
 @json_flag
-@click.pass_obj
+@click.option("--watch", is_flag=True, help="Keep the view live, refreshed every 2 s (as `skiplock top`).")
+@click.pass_context
 @handle_errors
-def status(obj: Context, as_json: bool) -> None:
+def status(ctx: click.Context, as_json: bool, watch: bool) -> None:
     """Job counts by queue and state, the jobs running now, the live workers."""
+    if watch:
+        if as_json:
+            fail("--watch and --json do not go together (for a live view as data, poll `status --json`)")
+        root = ctx.find_root()
+        group = root.command
+        top = group.get_command(root, "top") if isinstance(group, click.Group) else None
+        if top is None:  # by name: status and top do not import each other
+            fail("the live view (`skiplock top`) is not available here")
+        ctx.invoke(top)
+        return
+    obj: Context = ctx.obj
     app = obj.app()
     if as_json:
         emit_json(status_document(app))

@@ -65,26 +65,11 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
     log = logging.getLogger("skiplock.worker")
     log.info("worker %s serving %s with %d slot(s); tasks: %s", w.name,
              ", ".join(queue_list) if queue_list else "all queues", concurrency, ", ".join(sorted(app.tasks)) or "none")
-    if not stop_when_empty:
+    if stop_when_empty:
+        from .drain import drain_until_quiet
+
+        stats = drain_until_quiet(app, w, make_worker, queue_list, due_within, log)
+    else:
         stats = w.run()
-        log.info("worker %s stopped: %d done, %d retried, %d failed", w.name, stats.done, stats.retried, stats.failed)
-        sys.exit(1 if stats.aborted else 0)
-    from .drain import drain, left_behind
-
-    workers = [w]
-
-    def run_once() -> Any:
-        if workers[-1].started.is_set():  # a Worker runs once: the next drain is a new one
-            workers.append(make_worker())
-        return workers[-1].run(stop_when_empty=True)
-
-    # A run stopped by SIGINT/SIGTERM (the worker counts the signals it got) ends the command.
-    signalled = lambda: any(x.stats.aborted or getattr(x, "_signals", 0) for x in workers)  # noqa: E731
-    runs = drain(app, queue_list, due_within, run_once, signalled, log)
-    log.info("worker %s stopped: %d done, %d retried, %d failed", w.name, sum(r.done for r in runs),
-             sum(r.retried for r in runs), sum(r.failed for r in runs))
-    aborted = any(r.aborted for r in runs)
-    if not aborted:
-        for line in left_behind(app, queue_list):  # INFO: stopping when empty left them on purpose
-            log.info("%s", line)
-    sys.exit(1 if aborted else 0)
+    log.info("worker %s stopped: %d done, %d retried, %d failed", w.name, stats.done, stats.retried, stats.failed)
+    sys.exit(1 if stats.aborted else 0)
