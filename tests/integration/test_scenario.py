@@ -87,8 +87,8 @@ def test_scenario_matches_the_seed_step_by_step(dsn: str) -> None:
     assert result.ok, result.failures
     assert result.failures == [] and result.steps == 12
     assert SEED_TRANSCRIPT in text  # every statement, result and narration line, in the seed's order
-    assert text.index("-- setup (not a seed step)") < text.index("A> BEGIN;")
-    assert text.rstrip().splitlines()[-1] == "scenario OK: every step matched the seed"
+    assert text.index("-- setup (not part of the walk-through)") < text.index("A> BEGIN;")
+    assert text.rstrip().splitlines()[-1] == "scenario OK: every step returned what the walk-through expects"
 
 
 def test_claim_without_skip_locked_fails_at_bs_claim_without_hanging(dsn: str) -> None:

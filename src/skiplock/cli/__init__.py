@@ -12,11 +12,15 @@ the one place that adds them to the group, so the full list of commands is read 
 ``lifecycle``      ``queues``, ``pause``, ``resume``, ``cancel``, ``retry``, ``wait``, ``prune``
 ``worker``         ``worker``
 ``status``         ``status``, ``workers`` (the read model)
+``top``            ``top`` (a live view of the read model)
 ``outbox``         ``relay``, ``outbox`` (list, ``show``, ``put``, ``redrive``, ``prune``)
 ``server``         ``migrate``, ``server`` (``start``, ``stop``)
 ``demo``           ``scenario``, ``demo``
 ``dashboard``      ``dashboard`` (the web dashboard)
 =================  ==========================================================
+
+What the commands share: :mod:`.params` (the one duration syntax), :mod:`.formatting` (times,
+durations, JSON documents), :mod:`.drain` (``worker --stop-when-empty``). docs/cli.md is the reference.
 
 The console script ``skiplock`` and ``python -m skiplock`` both run :func:`main`.
 """
@@ -24,7 +28,7 @@ The console script ``skiplock`` and ``python -m skiplock`` both run :func:`main`
 from __future__ import annotations
 
 from ..errors import UnknownTask
-from . import dashboard, demo, jobs, lifecycle, outbox, server, status, worker
+from . import dashboard, demo, jobs, lifecycle, outbox, server, status, top, worker
 from .group import cli, fail
 
 __all__ = ["cli", "main"]
@@ -34,7 +38,7 @@ for _command in (
     lifecycle.queues, lifecycle.pause, lifecycle.resume, lifecycle.cancel, lifecycle.retry, lifecycle.wait,
     lifecycle.prune,
     worker.worker,
-    status.status, status.workers,
+    status.status, status.workers, top.top,
     outbox.relay, outbox.outbox,
     server.migrate, server.server,
     demo.scenario, demo.demo,

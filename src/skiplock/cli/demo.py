@@ -1,4 +1,5 @@
-"""Show-and-check commands of the ``skiplock`` CLI: ``scenario`` (the seed transcript) and ``demo``."""
+"""Show-and-check commands of the ``skiplock`` CLI: ``scenario`` (two sessions claiming jobs, step by
+step) and ``demo`` (worker processes, one killed mid-run)."""
 
 from __future__ import annotations
 
@@ -6,18 +7,19 @@ import sys
 
 import click
 
-from .group import Context, console, handle_errors
+from .group import Context, console, fail, handle_errors
 
 
 @click.command()
 @click.pass_obj
 @handle_errors
 def scenario(obj: Context) -> None:
-    """Replay the seed's two-session transcript against the server and check every step."""
+    """Walk through two workers claiming jobs with SKIP LOCKED (two database sessions, statement by
+    statement, as the README shows) and check every result."""
     from ..tools.scenario import run_scenario
 
     app = obj.app()
-    result = run_scenario(app.dsn, out=console)
+    result = run_scenario(app.dsn, out=console.real)
     sys.exit(0 if result.ok else 1)
 
 
@@ -29,8 +31,11 @@ def scenario(obj: Context) -> None:
 @handle_errors
 def demo(obj: Context, n_jobs: int, workers: int, concurrency: int) -> None:
     """Enqueue jobs, run worker processes, SIGKILL one mid-run, and show every effect applied exactly once."""
-    from ..tools.demo import run_demo
+    from ..tools.demo import DemoBusy, run_demo
 
     app = obj.app()
-    ok = run_demo(app.dsn, jobs=n_jobs, workers=workers, concurrency=concurrency, console=console)
+    try:
+        ok = run_demo(app.dsn, jobs=n_jobs, workers=workers, concurrency=concurrency, console=console.real)
+    except DemoBusy as exc:
+        fail(str(exc), 1)
     sys.exit(0 if ok else 1)

@@ -3,42 +3,37 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 
 import click
-from rich.markup import escape
-from rich.table import Table
 
 from ..errors import DuplicateJob
 from ..job import JobState
-from .group import STATE_STYLE, Context, console, err_console, fail, handle_errors, plain
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
-_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_duration(value: str) -> float:
-    """'90', '90s', '15m', '12h', '7d', '2w' -> seconds."""
-    m = _DURATION.match(value)
-    if not m:
-        fail(f"not a duration: {value!r} (use e.g. 90s, 15m, 12h, 7d)")
-    return float(m.group(1)) * _UNIT[m.group(2)]
+from .group import STATE_STYLE, Context, console, emit_json, err_console, fail, handle_errors, json_flag, plain
+from .params import DURATION, Duration, parse_duration  # noqa: F401 - parse_duration: kept importable here
 
 
 @click.command()
+@json_flag
 @click.pass_obj
 @handle_errors
-def queues(obj: Context) -> None:
+def queues(obj: Context, as_json: bool) -> None:
     """Queues with their job counts and whether they are paused."""
+    from rich.table import Table
+
     app = obj.app()
     states = [s.value for s in JobState]
+    rows = app.queues()
+    if as_json:
+        emit_json({"schema": app.schema, "queues": [{"queue": q["queue"], "paused": q["paused"],
+                                                     "counts": {s: q["counts"].get(s, 0) for s in states}}
+                                                    for q in rows]})
+        return
     table = Table(title=plain(f"skiplock queues (schema {app.schema})"))
     table.add_column("queue")
     table.add_column("paused")
     for s in states:
         table.add_column(s, justify="right", style=STATE_STYLE[s])
-    rows = app.queues()
     for q in rows:
         table.add_row(plain(q["queue"]), "[bold yellow]paused[/]" if q["paused"] else "", *(str(q["counts"].get(s, 0)) for s in states))
     if not rows:
@@ -72,7 +67,7 @@ def resume(obj: Context, queue: str) -> None:
 @click.command()
 @click.argument("job_id", type=int)
 @click.option("--reason", default="cancelled from the command line", show_default=True)
-@click.option("--wait", "wait_seconds", type=click.FloatRange(0, 3600), default=10, show_default=True,
+@click.option("--wait", "wait_seconds", type=Duration(0, 3600), default=10, show_default=True,
               help="How long to wait for a running job to let go.")
 @click.pass_obj
 @handle_errors
@@ -113,14 +108,14 @@ def retry(obj: Context, job_id: int | None, all_failed: bool, queue: str | None)
         ids = app.retry_failed(queue)
         console.print(f"{len(ids)} failed job(s) queued again", markup=False)
         for why in ids.not_retried.values():
-            err_console.print(f"[bold red]error:[/] {escape(str(why))}", markup=True, soft_wrap=True)
+            err_console.print(f"error: {why}", markup=False, soft_wrap=True)
         if ids.not_retried:
             sys.exit(1)
 
 
 @click.command()
 @click.argument("job_id", type=int)
-@click.option("--timeout", type=click.FloatRange(0), help="Give up after this many seconds (exit 1).")
+@click.option("--timeout", type=DURATION, help="Give up after this long (30s, 5m, or seconds; exit 1).")
 @click.pass_obj
 @handle_errors
 def wait(obj: Context, job_id: int, timeout: float | None) -> None:
@@ -135,18 +130,18 @@ def wait(obj: Context, job_id: int, timeout: float | None) -> None:
 
 
 @click.command()
-@click.option("--done", "done_age", help="Keep done jobs this long [1d].")
-@click.option("--failed", "failed_age", help="Keep failed jobs this long [30d].")
-@click.option("--cancelled", "cancelled_age", help="Keep cancelled jobs this long [7d].")
+@click.option("--done", "done_age", type=DURATION, help="Keep done jobs this long [1d].")
+@click.option("--failed", "failed_age", type=DURATION, help="Keep failed jobs this long [30d].")
+@click.option("--cancelled", "cancelled_age", type=DURATION, help="Keep cancelled jobs this long [7d].")
 @click.pass_obj
 @handle_errors
-def prune(obj: Context, done_age: str | None, failed_age: str | None, cancelled_age: str | None) -> None:
+def prune(obj: Context, done_age: float | None, failed_age: float | None, cancelled_age: float | None) -> None:
     """Delete finished jobs past their retention, in small batches that never lock the queue."""
     app = obj.app()
     retention = dict(app.retention)
     for state, value in (("done", done_age), ("failed", failed_age), ("cancelled", cancelled_age)):
         if value is not None:
-            retention[state] = parse_duration(value)
+            retention[state] = value
     deleted = app.prune(retention)
     if not deleted:
         console.print("another process is pruning; nothing done", markup=False)

@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..observability.logs import configure_logging
-from rich.table import Table
+from .formatting import when
+from .group import (APP_SEARCH, Context, console, emit_json, fail, handle_errors, import_object, json_flag, json_option,
+                    plain)
+from .params import DURATION, Duration
 
-from ..app import App
-from .group import APP_SEARCH, Context, console, fail, handle_errors, import_object, json_option, plain
+if TYPE_CHECKING:
+    from ..app import App
 
 OUTBOX_STATES = ("pending", "delivering", "sent", "failed")
 OUTBOX_STYLE = {"pending": "cyan", "delivering": "yellow", "sent": "green", "failed": "red"}
@@ -51,8 +53,8 @@ def _headers(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--task", help="With --enqueue: the task name for every job [the message's topic].")
 @click.option("--sink", "sink_spec", metavar="MODULE:ATTR", help="Your sink object, or a function of the app returning one.")
 @click.option("--header", "headers", multiple=True, metavar="'NAME: VALUE'", help="With --webhook: an extra header (repeatable).")
-@click.option("--timeout", type=click.FloatRange(0.01, 3600), default=10.0, show_default=True,
-              help="With --webhook: seconds to connect, and for each read and write.")
+@click.option("--timeout", type=Duration(0.01, 3600), default=10.0, show_default=True,
+              help="With --webhook: how long to connect, and for each read and write (10s, 1m, or seconds).")
 @click.option("--topics", help="Comma-separated topics to relay [all].")
 @click.option("--batch-size", type=click.IntRange(1, 10_000), default=100, show_default=True)
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=16, show_default=True,
@@ -60,10 +62,10 @@ def _headers(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--lease", type=click.Choice(["claimed", "transaction"]),
               help="claimed: short claim transaction, deliver, fenced mark (default for external sinks); "
                    "transaction: hold the row locks while delivering (always for --enqueue).")
-@click.option("--lease-seconds", type=click.FloatRange(0.05, 86400), default=30.0, show_default=True,
+@click.option("--lease-seconds", type=Duration(0.05, 86400), default=30.0, show_default=True,
               help="Claimed lease: how long a crashed relay's messages wait before redelivery.")
-@click.option("--poll-interval", type=click.FloatRange(0.01, 60), default=0.5, show_default=True,
-              help="Seconds between claims when nothing is available (a put's NOTIFY wakes the relay sooner).")
+@click.option("--poll-interval", type=Duration(0.01, 60), default=0.5, show_default=True,
+              help="Time between claims when nothing is available (a put's NOTIFY wakes the relay sooner).")
 @click.option("--listen/--no-listen", default=True, show_default=True,
               help="Wake on the NOTIFY every put sends (one more connection); polling goes on either way.")
 @click.option("--stop-when-empty", is_flag=True, help="Exit once no message is available.")
@@ -88,6 +90,8 @@ def relay(obj: Context, app_spec: str | None, webhook: str | None, enqueue_jobs:
     topic_list = topics.split(",") if topics else None
     if topic_list is not None and not all(topic_list):
         fail(f"--topics has an empty name: {topics!r}")
+    from ..observability.logs import configure_logging
+
     configure_logging(log_level)  # text or --log-format json (observability/logs.py)
     app = obj.app(app_spec)
     app.check()
@@ -121,9 +125,10 @@ def _short(text: str | None, width: int = 80) -> str:
 @click.option("--state", type=click.Choice(OUTBOX_STATES))
 @click.option("--topic")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
+@json_flag
 @click.pass_context
 @handle_errors
-def outbox(ctx: click.Context, failed: bool, state: str | None, topic: str | None, limit: int) -> None:
+def outbox(ctx: click.Context, failed: bool, state: str | None, topic: str | None, limit: int, as_json: bool) -> None:
     """List outbox messages (newest first); subcommands show, put, redrive, prune."""
     if ctx.invoked_subcommand is not None:
         return
@@ -131,29 +136,41 @@ def outbox(ctx: click.Context, failed: bool, state: str | None, topic: str | Non
         fail("--failed and --state disagree")
     obj: Context = ctx.obj
     app = obj.app()
+    messages = app.outbox.list_messages(state="failed" if failed else state, topic=topic, limit=limit)
+    if as_json:
+        emit_json({"schema": app.schema, "messages": messages})
+        return
+    from rich.table import Table
+
     table = Table(title=plain(f"skiplock outbox (schema {app.schema})"))
     for col in ("id", "topic", "key", "state", "attempts", "created", "last error"):
         table.add_column(col)
-    for m in app.outbox.list_messages(state="failed" if failed else state, topic=topic, limit=limit):
+    for m in messages:
         table.add_row(str(m.id), plain(m.topic), plain(m.key or ""), f"[{OUTBOX_STYLE[m.state]}]{m.state}[/]",
-                      f"{m.attempts}/{m.max_attempts}", m.created_at.isoformat(timespec="seconds"),
-                      plain(_short(m.last_error)))
+                      f"{m.attempts}/{m.max_attempts}", when(m.created_at), plain(_short(m.last_error)))
     console.print(table)
 
 
 @outbox.command("show")
 @click.argument("message_id", type=int)
+@json_flag
 @click.pass_obj
 @handle_errors
-def outbox_show(obj: Context, message_id: int) -> None:
+def outbox_show(obj: Context, message_id: int, as_json: bool) -> None:
     """One message in full, with its last error."""
     m = obj.app().outbox.get(message_id)
+    if as_json:
+        emit_json(m)
+        return
+    from rich.table import Table
+
     table = Table(show_header=False, box=None)
     table.add_column(style="bold")
     table.add_column()
     for field in ("id", "topic", "key", "state", "attempts", "max_attempts", "idempotency_key", "created_at",
                   "available_at", "finished_at", "owner", "lease_expires_at"):
-        table.add_row(field, plain(getattr(m, field)))
+        value = getattr(m, field)
+        table.add_row(field, plain(when(value) if hasattr(value, "astimezone") else "" if value is None else value))
     table.add_row("payload", plain(json.dumps(m.payload, ensure_ascii=False)))
     console.print(table)
     if m.last_error:
@@ -194,8 +211,8 @@ def outbox_redrive(obj: Context, message_ids: tuple[int, ...], all_failed: bool,
 
 
 @outbox.command("prune")
-@click.option("--older-than", type=click.FloatRange(0), required=True, metavar="SECONDS",
-              help="Delete sent messages finished longer ago than this.")
+@click.option("--older-than", type=DURATION, required=True,
+              help="Delete sent messages finished longer ago than this (7d, 12h, or seconds).")
 @click.pass_obj
 @handle_errors
 def outbox_prune(obj: Context, older_than: float) -> None:

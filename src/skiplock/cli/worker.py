@@ -8,9 +8,12 @@ from typing import Any
 
 import click
 
-from ..worker.batching import DEFAULT_BATCH_SIZE
-from ..observability.logs import configure_logging
 from .group import APP_SEARCH, Context, err_console, fail, handle_errors
+from .params import Duration
+
+# skiplock.worker.batching.DEFAULT_BATCH_SIZE, written out so that the command line does not import
+# the worker to show its help (tests/unit/test_cli_defaults.py checks they agree).
+DEFAULT_BATCH_SIZE = 32
 
 
 @click.command()
@@ -18,18 +21,22 @@ from .group import APP_SEARCH, Context, err_console, fail, handle_errors
               help=f"module:app holding the tasks. {APP_SEARCH}")
 @click.option("--queues", help="Comma-separated queues to serve [all].")
 @click.option("--concurrency", type=click.IntRange(1, 512), default=4, show_default=True, help="Slots (connections).")
-@click.option("--poll-interval", type=click.FloatRange(0.01, 60), default=0.5, show_default=True,
+@click.option("--poll-interval", type=Duration(0.01, 60), default=0.5, show_default=True,
               help="Fallback poll when no NOTIFY arrives.")
 @click.option("--batch-size", type=click.IntRange(1, 1000), default=DEFAULT_BATCH_SIZE, show_default=True,
               help="Most jobs one claim takes; fast jobs then share one commit (adaptive, see docs/batches.md).")
-@click.option("--batch-budget", type=click.FloatRange(0.001, 60), default=0.05, show_default=True,
-              help="Seconds after which a batch starts no further job.")
+@click.option("--batch-budget", type=Duration(0.001, 60), default=0.05, show_default=True,
+              help="Time after which a batch starts no further job (seconds, or 50ms).")
 @click.option("--batch-slots", type=click.IntRange(1, 512), default=1, show_default=True,
               help="Slots that may run a batch at the same time.")
 @click.option("--fixed-concurrency", is_flag=True,
               help="Let every slot hold a lease at once (by default the number adapts to how fast claims and "
                    "commits are: see docs/batches.md).")
-@click.option("--stop-when-empty", is_flag=True, help="Exit once no job is available.")
+@click.option("--stop-when-empty", is_flag=True,
+              help="Exit once no job is available, after waiting for jobs due within --due-within (retries); "
+                   "says what it leaves behind.")
+@click.option("--due-within", type=Duration(0, 3600), default=10.0, show_default=True,
+              help="With --stop-when-empty: first wait for queued jobs due this soon (0: do not wait).")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO", show_default=True)
 @click.option("--no-maintenance", is_flag=True, help="Do not run the periodic scheduler and the pruner here.")
 @click.option("--fail-unknown-tasks", is_flag=True,
@@ -44,30 +51,40 @@ from .group import APP_SEARCH, Context, err_console, fail, handle_errors
 @handle_errors
 def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, poll_interval: float,
            batch_size: int, batch_budget: float, batch_slots: int, fixed_concurrency: bool, stop_when_empty: bool,
-           log_level: str, no_maintenance: bool, fail_unknown_tasks: bool, metrics_port: int | None,
-           metrics_host: str) -> None:
+           due_within: float, log_level: str, no_maintenance: bool, fail_unknown_tasks: bool,
+           metrics_port: int | None, metrics_host: str) -> None:
     """Run a worker. SIGINT/SIGTERM: finish in-flight jobs and exit 0; a second signal aborts them."""
+    from ..observability.logs import configure_logging
+
     configure_logging(log_level)  # text or --log-format json (observability/logs.py)
     app = obj.app(app_spec)
     queue_list = [q for q in queues.split(",")] if queues else None
     if queue_list is not None and not all(queue_list):
         fail(f"--queues has an empty name: {queues!r}")
     app.check()
-    w = app.worker(queues=queue_list, concurrency=concurrency, poll_interval=poll_interval,
-                   batch_size=batch_size, batch_budget=batch_budget, batch_slots=batch_slots,
-                   maintenance=not no_maintenance, fail_unknown_tasks=fail_unknown_tasks,
-                   adaptive_limit=not fixed_concurrency)
-    logging.getLogger("skiplock.worker").info(
-        "worker %s serving %s with %d slot(s); tasks: %s", w.name, ", ".join(queue_list) if queue_list else "all queues",
-        concurrency, ", ".join(sorted(app.tasks)) or "none")
+
+    def make_worker() -> Any:
+        return app.worker(queues=queue_list, concurrency=concurrency, poll_interval=poll_interval,
+                          batch_size=batch_size, batch_budget=batch_budget, batch_slots=batch_slots,
+                          maintenance=not no_maintenance, fail_unknown_tasks=fail_unknown_tasks,
+                          adaptive_limit=not fixed_concurrency)
+
+    w = make_worker()
+    log = logging.getLogger("skiplock.worker")
+    log.info("worker %s serving %s with %d slot(s); tasks: %s", w.name,
+             ", ".join(queue_list) if queue_list else "all queues", concurrency, ", ".join(sorted(app.tasks)) or "none")
     server = start_metrics(app, metrics_host, metrics_port) if metrics_port is not None else None
     try:
-        stats = w.run(stop_when_empty=stop_when_empty)
+        if stop_when_empty:
+            from .drain import drain_until_quiet
+
+            stats = drain_until_quiet(app, w, make_worker, queue_list, due_within, log)
+        else:
+            stats = w.run()
     finally:
         if server is not None:
             server.stop()
-    logging.getLogger("skiplock.worker").info("worker %s stopped: %d done, %d retried, %d failed", w.name, stats.done,
-                                              stats.retried, stats.failed)
+    log.info("worker %s stopped: %d done, %d retried, %d failed", w.name, stats.done, stats.retried, stats.failed)
     sys.exit(1 if stats.aborted else 0)
 
 

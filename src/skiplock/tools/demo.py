@@ -4,6 +4,12 @@ What it shows: every job ends done; each job's database-local effect (a row writ
 ``job.conn`` in the job's transaction) exists exactly once; the job the killed worker had in flight
 was rolled back by the server and redone by another worker. What it does not show: external
 effects (an email) -- those are at-least-once and need the receiver to deduplicate.
+
+Runs at once: each demo takes a *slot* -- a session advisory lock on the server, held on an open
+connection until the demo ends (or its process dies) -- and uses that slot's own database
+(``skiplock_demo``, ``skiplock_demo_2``, ...). It recreates only its own slot's database, so two
+demos against one server never drop each other's database; when every slot is taken it says so
+and runs nothing. The database stays afterwards for inspection (the demo prints how).
 """
 
 from __future__ import annotations
@@ -25,6 +31,14 @@ from ..app import App
 from ..backend.postgres.connections import connect, row_of
 
 DEMO_DB = "skiplock_demo"
+# How many demos may run at once against one server (each in its own database).
+DEMO_SLOTS = 8
+# The advisory lock keys of the slots: (DEMO_LOCK_CLASS, slot number) -- two int4 keys.
+DEMO_LOCK_CLASS = 0x736B6C  # "skl"
+
+
+class DemoBusy(Exception):
+    """Every demo slot of the server is taken by a running demo."""
 
 app = App()
 
@@ -36,11 +50,27 @@ def record_effect(job: Any, n: int) -> None:
     time.sleep(0.002)  # a little work, so that a worker is killed while a job is in flight
 
 
-def _prepare_database(admin_dsn: str) -> str:
-    with connect(admin_dsn, autocommit=True) as c:  # connect: a clear error, without the password
-        c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DEMO_DB)))
-        c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DEMO_DB)))
-    dsn = conninfo.make_conninfo(admin_dsn, dbname=DEMO_DB)
+def demo_database(slot: int) -> str:
+    return DEMO_DB if slot == 1 else f"{DEMO_DB}_{slot}"
+
+
+def take_slot(admin_dsn: str) -> tuple[psycopg.Connection[Any], int]:
+    """The first free demo slot, locked on the returned connection (keep it open while the demo runs:
+    closing it, or the process dying, frees the slot). Raises :class:`DemoBusy` if none is free."""
+    lock = connect(admin_dsn, autocommit=True)  # connect: a clear error, without the password
+    for slot in range(1, DEMO_SLOTS + 1):
+        if row_of(lock.execute("SELECT pg_try_advisory_lock(%s, %s)", [DEMO_LOCK_CLASS, slot]))[0]:
+            return lock, slot
+    lock.close()
+    raise DemoBusy(f"{DEMO_SLOTS} skiplock demos are already running against this server; wait for one to finish")
+
+
+def _prepare_database(admin_dsn: str, database: str = DEMO_DB) -> str:
+    """(Re)create ``database`` -- the caller holds its slot, so no other demo uses it."""
+    with connect(admin_dsn, autocommit=True) as c:
+        c.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
+        c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    dsn = conninfo.make_conninfo(admin_dsn, dbname=database)
     with connect(dsn, autocommit=True) as c:
         c.execute("CREATE TABLE demo_effects (id bigint GENERATED ALWAYS AS IDENTITY, job_id bigint NOT NULL, "
                   "n int NOT NULL, worker_pid int NOT NULL)")
@@ -63,13 +93,41 @@ def _start_worker(dsn: str, concurrency: int) -> subprocess.Popen[bytes]:
 
 def run_demo(admin_dsn: str, *, jobs: int = 10_000, workers: int = 4, concurrency: int = 2,
              console: Console | None = None) -> bool:
+    """Run the demo in a free slot's database and say afterwards how to look at it. Raises
+    :class:`DemoBusy` when every slot is taken."""
     console = console or Console()
-    dsn = _prepare_database(admin_dsn)
+    lock, slot = take_slot(admin_dsn)
+    try:
+        database = demo_database(slot)
+        if slot > 1:
+            console.print(f"another demo is running against this server; this one uses database {database!r}",
+                          markup=False)
+        dsn = _prepare_database(admin_dsn, database)
+        ok = _run(dsn, database, jobs=jobs, workers=workers, concurrency=concurrency, console=console)
+        _say_how_to_inspect(dsn, database, console)
+        return ok
+    finally:
+        lock.close()
+
+
+def _say_how_to_inspect(dsn: str, database: str, console: Console) -> None:
+    from ..errors import redact_dsn
+
+    shown = redact_dsn(dsn)
+    has_password = bool(conninfo.conninfo_to_dict(dsn).get("password"))
+    console.print(f"The demo's jobs are in database {database!r} ({shown}); it stays until the next demo in that "
+                  "database. Look at them with:", markup=False, soft_wrap=True)
+    target = f"--dsn '{shown}'" if not has_password else f"--dsn '<your DSN with dbname={database}>'"
+    for command in ("status", "jobs --state done --limit 5", "jobs --json --limit 1"):
+        console.print(f"  skiplock {target} {command}", markup=False, soft_wrap=True)
+
+
+def _run(dsn: str, database: str, *, jobs: int, workers: int, concurrency: int, console: Console) -> bool:
     demo_app = App(dsn)
     demo_app.migrate()
     t0 = time.monotonic()
     demo_app.enqueue_many([("demo.record_effect", {"n": i}) for i in range(jobs)])
-    console.print(f"enqueued {jobs:,} jobs in one round trip ({time.monotonic() - t0:.2f}s) into database {DEMO_DB!r}")
+    console.print(f"enqueued {jobs:,} jobs in one round trip ({time.monotonic() - t0:.2f}s) into database {database!r}")
     procs = [_start_worker(dsn, concurrency) for _ in range(workers)]
     console.print(f"started {workers} worker processes x {concurrency} slots: pids {', '.join(str(p.pid) for p in procs)}")
     victim = procs[0]

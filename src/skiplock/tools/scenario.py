@@ -138,7 +138,7 @@ def run_scenario(dsn: str, *, schema: str = "skiplock_scenario", out: Console | 
             failures.append(StepFailure(0, "setup: connect and create the scratch schema", "success",
                                         redact(_error_text(e), dsn)))  # libpq may quote the DSN
             return _verdict(say, failures, 0)
-        say(f"-- setup (not a seed step): schema {ident.as_string(conns['A'])}, table jobs with rows "
+        say(f"-- setup (not part of the walk-through): schema {ident.as_string(conns['A'])}, table jobs with rows "
             f"(1, 'send welcome email'), (2, 'generate invoice'), state 'queued';", style="dim")
         say(f"-- search_path set on A and B; lock_timeout = {LOCK_TIMEOUT} on both, so a lock wait fails "
             f"instead of hanging.", style="dim")
@@ -155,7 +155,7 @@ def run_scenario(dsn: str, *, schema: str = "skiplock_scenario", out: Console | 
             done = number
             if not ok:
                 failures.append(StepFailure(number, step.description, _show(step.expect), got))
-                say(f"   ^ step {number} differs from the seed: expected {_show(step.expect)}, got {got}",
+                say(f"   ^ step {number} did not return what the walk-through expects: expected {_show(step.expect)}, got {got}",
                     style="bold red")
         return _verdict(say, failures, done)
     finally:
@@ -208,7 +208,7 @@ def _run_step(say: Any, conn: psycopg.Connection[Any], step: Step) -> tuple[str,
 def _verdict(say: Any, failures: list[StepFailure], steps: int) -> ScenarioResult:
     say()
     if not failures:
-        say("scenario OK: every step matched the seed", style="bold green")
+        say("scenario OK: every step returned what the walk-through expects", style="bold green")
         return ScenarioResult(True, [], steps)
     f = failures[0]
     more = f" (and {len(failures) - 1} more differing step(s))" if len(failures) > 1 else ""

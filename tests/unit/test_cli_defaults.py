@@ -1,0 +1,9 @@
+"""Defaults the command line writes out (so that ``skiplock --help`` need not import the worker)
+agree with the library's."""
+
+from skiplock.cli import worker as cli_worker
+from skiplock.worker.batching import DEFAULT_BATCH_SIZE
+
+
+def test_worker_batch_size_default_is_the_libraries():
+    assert cli_worker.DEFAULT_BATCH_SIZE == DEFAULT_BATCH_SIZE
