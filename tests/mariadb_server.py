@@ -120,7 +120,7 @@ class MariaDB:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def start(timeout: float = 60.0) -> MariaDB:
+def start(timeout: float = 60.0, extra_args: list[str] | None = None) -> MariaDB:
     """Install (if needed), initialise and start a private server; returns once it accepts the test user."""
     server, install_db = ensure_installed()
     user = _server_user()
@@ -145,7 +145,7 @@ def start(timeout: float = 60.0) -> MariaDB:
          "--bind-address=127.0.0.1", f"--user={user.pw_name}", f"--pid-file={home / 'mysqld.pid'}",
          f"--log-error={log}", "--skip-name-resolve", "--skip-log-bin", "--innodb-buffer-pool-size=128M",
          "--innodb-flush-log-at-trx-commit=2", "--max-connections=500", "--character-set-server=utf8mb4",
-         "--collation-server=utf8mb4_bin"],
+         "--collation-server=utf8mb4_bin", *(extra_args or [])],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     db = MariaDB(root, process, port, sock, password, "")
     deadline = time.monotonic() + timeout
