@@ -125,6 +125,8 @@ async def measure_async(name: str, p: dict[str, Any], rounds: int, claims: int) 
         conn = await asyncmy.connect(host=p["host"], port=p["port"], user=p["user"], password=p["password"],
                                      database=p["database"], autocommit=True)
     cur = conn.cursor()
+    if asyncio.iscoroutine(cur) or hasattr(cur, "__await__"):  # aiomysql: cursor() is awaited
+        cur = await cur
     await cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
     for _ in range(200):
         await cur.execute("SELECT 1"); await cur.fetchall()
@@ -186,8 +188,9 @@ def main(argv: list[str] | None = None) -> int:
                         results[name] = {"error": "not installed"}
                         continue
                     results[name] = measure_sync(lambda: connect(p), args.rounds, args.claims)
-                results[name]["version"] = sys.modules[{"mysqlclient": "MySQLdb"}.get(name, name)].__dict__.get(
-                    "__version__", "") or str(getattr(sys.modules.get(name), "version", ""))
+                from importlib.metadata import version as dist_version
+
+                results[name]["version"] = dist_version({"pymysql": "PyMySQL"}.get(name, name))
             except ImportError:
                 results[name] = {"error": "not installed"}
     finally:

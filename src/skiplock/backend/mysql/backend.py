@@ -410,6 +410,18 @@ class MySQLBackend:
     def _raw(self, conn: Any) -> Any:
         return getattr(conn, "conn", conn)
 
+    @contextmanager
+    def _on(self, conn: Any) -> Iterator[Any]:
+        """Run on ``conn`` (a Lease, a Session or the caller's connection) with driver errors raised as
+        skiplock's; a statement refused on a lease marks it ``in_error`` until its rollback."""
+        try:
+            yield self._raw(conn)
+        except pymysql.err.MySQLError as exc:
+            error = translate(exc, self.dsn)
+            if isinstance(conn, MySQLLease) and not connection_lost(exc):
+                conn.refused = True
+            raise error from None
+
     def claim(self, conn: Any, queues: Sequence[str] | None, limit: int = 1, savepoint: bool = False,
               tasks: Sequence[str] | None = None) -> list[ClaimedJob]:
         """Lock up to ``limit`` available jobs in the lease's transaction (see ``claim`` in
@@ -438,6 +450,8 @@ class MySQLBackend:
                 return [_claimed(r) for r in rows]
             except pymysql.err.MySQLError as exc:
                 if code(exc) not in RETRYABLE or attempt == CLAIM_RETRIES - 1:
+                    if isinstance(conn, MySQLLease) and not connection_lost(exc):
+                        conn.refused = True
                     raise translate(exc, self.dsn) from None
                 try:
                     raw.rollback()
@@ -453,14 +467,14 @@ class MySQLBackend:
         yet --, suspect)."""
         params = {"id": job.id, "attempts": job.attempts, "worker": worker, "backend_pid": lease_pid,
                   "exclusive": bool(exclusive)}
-        with translated(self.dsn), self._raw(conn).cursor() as cur:
+        with self._on(conn) as raw, raw.cursor() as cur:
             cur.execute(self.q["start_attempt"], params)
             cur.execute(self.q["attempt_started"], {"id": job.id})
             started, reason, suspect = cur.fetchone()
         return int(started), reason, None, bool(suspect)
 
     def mark_exclusive(self, conn: Any, job_id: int, attempt: int) -> None:
-        with translated(self.dsn), self._raw(conn).cursor() as cur:
+        with self._on(conn) as raw, raw.cursor() as cur:
             cur.execute(self.q["mark_exclusive"], {"id": job_id, "attempt": attempt})
 
     def start_batch(self, conn: Any, jobs: Sequence[ClaimedJob], worker: str,
@@ -475,15 +489,15 @@ class MySQLBackend:
         raise NotImplementedError(f"batches are {NOT_YET}")
 
     def savepoint(self, conn: Any) -> None:
-        with translated(self.dsn), self._raw(conn).cursor() as cur:
+        with self._on(conn) as raw, raw.cursor() as cur:
             cur.execute(self.q["savepoint"])
 
     def rollback_to_savepoint(self, conn: Any) -> None:
-        with translated(self.dsn), self._raw(conn).cursor() as cur:
+        with self._on(conn) as raw, raw.cursor() as cur:
             cur.execute(self.q["rollback_to_savepoint"])
 
     def release_savepoint(self, conn: Any) -> None:
-        with translated(self.dsn), self._raw(conn).cursor() as cur:
+        with self._on(conn) as raw, raw.cursor() as cur:
             cur.execute(self.q["release_savepoint"])
 
     def set_local_timeouts(self, conn: Any, seconds: float) -> None:
@@ -507,8 +521,8 @@ class MySQLBackend:
         if conn is None:
             with self._transaction() as c:
                 return self._complete_on(c, job, attempt, result_json, started_at, worker, owner)
-        with translated(self.dsn):
-            return self._complete_on(self._raw(conn), job, attempt, result_json, started_at, worker, owner)
+        with self._on(conn) as raw:
+            return self._complete_on(raw, job, attempt, result_json, started_at, worker, owner)
 
     def _outcome_on(self, raw: Any, job: ClaimedJob, attempt: int, state: str, delay: float | None,
                     error: str | None, started_at: datetime, worker: str, uncount: bool) -> str | None:
@@ -541,8 +555,8 @@ class MySQLBackend:
         if conn is None:
             with self._transaction() as c:
                 return self._outcome_on(c, job, attempt, state, delay, error, started_at, worker, uncount)
-        with translated(self.dsn):
-            return self._outcome_on(self._raw(conn), job, attempt, state, delay, error, started_at, worker, uncount)
+        with self._on(conn) as raw:
+            return self._outcome_on(raw, job, attempt, state, delay, error, started_at, worker, uncount)
 
     def terminate(self, backend_pids: Sequence[int]) -> None:
         """KILL these sessions (their transactions roll back) and wait (up to 5 s) until they are gone."""
@@ -670,9 +684,14 @@ class MySQLBackend:
 
 
 def _not_yet(name: str) -> Any:
+    import inspect
+
+    from ..base import Backend
+
     def verb(self: MySQLBackend, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{name} is {NOT_YET}")
     verb.__name__ = name
+    verb.__signature__ = inspect.signature(getattr(Backend, name))  # type: ignore[attr-defined]
     verb.__doc__ = f"Not yet on MySQL/MariaDB (issue 12): raises NotImplementedError."
     return verb
 

@@ -5,9 +5,11 @@ whose cursors take ``%s`` placeholders (``cur = job.conn.cursor(); cur.execute("
 (a,))``), as psycopg's do, so a handler written that way runs on both backends. Its writes commit with
 the job's ``done`` in the lease transaction.
 
-Every method raises only skiplock errors (errors.translate). MySQL has no aborted-transaction state:
-a refused statement leaves the transaction usable (``in_error`` is then False), except a deadlock
-(1213), after which InnoDB has rolled the whole transaction back (the claim retries it).
+Every method raises only skiplock errors (errors.translate). MySQL has no aborted-transaction state
+(a refused statement leaves the rest of the transaction in place, except a deadlock, 1213, after
+which InnoDB has rolled all of it back), so the lease keeps one: once skiplock's statement on it was
+refused, the lease is ``in_error`` (and not ``in_transaction``) until ``rollback`` -- the worker then
+only rolls back, as on PostgreSQL, never commits a transaction that lost a statement.
 
 Server bounds (``bounded_by_server``): False. MariaDB's ``idle_transaction_timeout`` (set on every
 lease session to ``lease_timeout``) ends a lease left idle in its transaction, but neither MySQL nor
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pymysql
 from pymysql.constants import SERVER_STATUS
 
+from ...errors import ConnectionLost
 from .errors import translate
 
 if TYPE_CHECKING:
@@ -64,7 +67,7 @@ class MySQLSession:
 class MySQLLease(MySQLSession):
     """A worker slot's lease connection (``Lease``): its transactions are job leases."""
 
-    __slots__ = ("bounded_by_server", "_backend", "q", "_ended")
+    __slots__ = ("bounded_by_server", "_backend", "q", "_ended", "refused")
 
     def __init__(self, conn: Any, backend: "MySQLBackend"):
         super().__init__(conn, backend.dsn)
@@ -72,23 +75,30 @@ class MySQLLease(MySQLSession):
         self.q = backend.q
         self.bounded_by_server = False
         self._ended = False
+        self.refused = False  # a statement of skiplock's was refused in this transaction
 
     def _call(self, op: Any, *args: Any) -> Any:
         try:
             return op(*args)
         except pymysql.err.MySQLError as exc:
-            raise translate(exc, self._dsn) from None
+            error = translate(exc, self._dsn)
+            if not isinstance(error, ConnectionLost):
+                self.refused = True
+            raise error from None
 
     def begin(self) -> None:
         """BEGIN, so ``in_transaction`` is true from here (autocommit is off: the claim would open the
         transaction implicitly too)."""
+        self.refused = False
         self._call(self.conn.begin)
 
     def commit(self) -> None:
         self._call(self.conn.commit)
+        self.refused = False
 
     def rollback(self) -> None:
         self._call(self.conn.rollback)
+        self.refused = False
 
     def _execute(self, name: str) -> None:
         def run() -> None:
@@ -106,10 +116,10 @@ class MySQLLease(MySQLSession):
         self._execute("release_savepoint")
 
     def in_transaction(self) -> bool:
-        return self.alive() and bool(self.conn.server_status & _IN_TRANS)
+        return self.alive() and not self.refused and bool(self.conn.server_status & _IN_TRANS)
 
     def in_error(self) -> bool:
-        return False  # MySQL keeps a transaction usable after a refused statement
+        return self.alive() and self.refused  # a lease is never in autocommit: a transaction is open
 
     def idle(self) -> bool:
         return self.alive() and not (self.conn.server_status & _IN_TRANS)

@@ -166,31 +166,35 @@ RELEASE SAVEPOINT skiplock_job;
 SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %(id)s;
 
 -- name: get_job
--- A transaction-lease job in flight (its row still 'queued', locked by a live lease session named
--- by its job_attempts row) is shown 'running' with the slot and start of that attempt.
+-- A transaction-lease job in flight is shown 'running' with the slot and start of its attempt: its
+-- row still 'queued', an attempt counted beyond the row's (job_attempts.started > jobs.attempts: not
+-- finished), and the lease session that counted it has a transaction open now (INNODB_TRX) -- a
+-- killed or rolled-back lease is no longer shown running.
 SELECT j.id, j.queue, j.task, j.args, j.priority,
-       CASE WHEN j.state = 'queued' AND p.ID IS NOT NULL THEN 'running' ELSE j.state END AS state,
+       CASE WHEN j.state = 'queued' AND p.trx_id IS NOT NULL THEN 'running' ELSE j.state END AS state,
        GREATEST(j.attempts, COALESCE(a.started, 0)) AS attempts, j.max_attempts, j.run_at, j.created_at,
-       CASE WHEN p.ID IS NOT NULL THEN a.started_at ELSE j.started_at END AS started_at, j.finished_at,
+       CASE WHEN p.trx_id IS NOT NULL THEN a.started_at ELSE j.started_at END AS started_at, j.finished_at,
        j.last_error, j.errors, j.result,
-       CASE WHEN p.ID IS NOT NULL THEN a.worker ELSE j.worker END AS worker, j.unique_key, j.lease_expires_at
+       CASE WHEN p.trx_id IS NOT NULL THEN a.worker ELSE j.worker END AS worker, j.unique_key, j.lease_expires_at
   FROM {jobs} j LEFT JOIN {job_attempts} a ON a.job_id = j.id
-       LEFT JOIN information_schema.PROCESSLIST p ON p.ID = a.backend_pid AND j.state = 'queued'
+       LEFT JOIN information_schema.INNODB_TRX p
+              ON p.trx_mysql_thread_id = a.backend_pid AND j.state = 'queued' AND a.started > j.attempts
  WHERE j.id = %(id)s;
 
 -- name: list_jobs
 -- Newest first, a page at a time by keyset (%(before)s: the last id of the previous page).
 SELECT j.id, j.queue, j.task, j.args, j.priority,
-       CASE WHEN j.state = 'queued' AND p.ID IS NOT NULL THEN 'running' ELSE j.state END AS state,
+       CASE WHEN j.state = 'queued' AND p.trx_id IS NOT NULL THEN 'running' ELSE j.state END AS state,
        GREATEST(j.attempts, COALESCE(a.started, 0)) AS attempts, j.max_attempts, j.run_at, j.created_at,
-       CASE WHEN p.ID IS NOT NULL THEN a.started_at ELSE j.started_at END AS started_at, j.finished_at,
+       CASE WHEN p.trx_id IS NOT NULL THEN a.started_at ELSE j.started_at END AS started_at, j.finished_at,
        j.last_error, j.errors, j.result,
-       CASE WHEN p.ID IS NOT NULL THEN a.worker ELSE j.worker END AS worker, j.unique_key, j.lease_expires_at
+       CASE WHEN p.trx_id IS NOT NULL THEN a.worker ELSE j.worker END AS worker, j.unique_key, j.lease_expires_at
   FROM {jobs} j LEFT JOIN {job_attempts} a ON a.job_id = j.id
-       LEFT JOIN information_schema.PROCESSLIST p ON p.ID = a.backend_pid AND j.state = 'queued'
+       LEFT JOIN information_schema.INNODB_TRX p
+              ON p.trx_mysql_thread_id = a.backend_pid AND j.state = 'queued' AND a.started > j.attempts
  WHERE (%(state)s IS NULL
-        OR (%(state)s = 'running' AND (j.state = 'running' OR p.ID IS NOT NULL))
-        OR (%(state)s = 'queued' AND j.state = 'queued' AND p.ID IS NULL)
+        OR (%(state)s = 'running' AND (j.state = 'running' OR p.trx_id IS NOT NULL))
+        OR (%(state)s = 'queued' AND j.state = 'queued' AND p.trx_id IS NULL)
         OR (%(state)s NOT IN ('running', 'queued') AND j.state = %(state)s))
    AND (%(queue)s IS NULL OR j.queue = %(queue)s)
    AND (%(task)s IS NULL OR j.task = %(task)s)
@@ -200,10 +204,11 @@ SELECT j.id, j.queue, j.task, j.args, j.priority,
 
 -- name: counts
 -- Jobs by queue and state as get_job shows them (a transaction-lease job in flight is 'running').
-SELECT j.queue, CASE WHEN j.state = 'queued' AND p.ID IS NOT NULL THEN 'running' ELSE j.state END AS s,
+SELECT j.queue, CASE WHEN j.state = 'queued' AND p.trx_id IS NOT NULL THEN 'running' ELSE j.state END AS s,
        COUNT(*)
   FROM {jobs} j LEFT JOIN {job_attempts} a ON a.job_id = j.id
-       LEFT JOIN information_schema.PROCESSLIST p ON p.ID = a.backend_pid AND j.state = 'queued'
+       LEFT JOIN information_schema.INNODB_TRX p
+              ON p.trx_mysql_thread_id = a.backend_pid AND j.state = 'queued' AND a.started > j.attempts
  GROUP BY j.queue, s
  ORDER BY j.queue, s;
 
