@@ -125,7 +125,8 @@ def test_concurrent_migrates_serialise(mariadb_dsn: str) -> None:
     for th in threads:
         th.join(60)
     assert not errors
-    assert sorted(results, key=len) == [[], [], [], [0, 1]]
+    every = [v for v, _ in migrations(MySQLBackend('mysql://u@h/db').tables)]
+    assert sorted(results, key=len) == [[], [], [], every]
 
 
 @pytest.mark.parametrize("queues", [["default"], ["default", "other"], None])
@@ -167,7 +168,7 @@ def test_statement_binlog_format_is_refused() -> None:
             cur.execute("SET GLOBAL binlog_format = 'ROW'")
         b.close()
         b = open_backend(server.dsn(name))
-        assert b.migrate() == [0, 1]
+        assert b.migrate() == [v for v, _ in migrations(b.tables)]
         b.close()
     finally:
         server.stop()

@@ -15,8 +15,8 @@ What it guarantees, as PostgresBackend does (docs/guarantees.md, docs/mysql.md):
 - only skiplock errors leave it; no message or repr carries the password; identifiers are the
   validated, quoted table names of :func:`names`; every value is a bound parameter.
 
-Not yet (issue 12; see docs/mysql.md): the claimed lease, batches, cron, the read model's in-flight
-views, worker presence, pending errors, the outbox and ``AsyncApp``. Those verbs raise
+Not yet (issue 12; see docs/mysql.md): the claimed lease, batches, cron, the read model's views,
+pending errors, keyed batches, the outbox and ``AsyncApp``. Those verbs raise
 :class:`NotImplementedError` naming the issue.
 """
 
@@ -30,6 +30,7 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import resources
 from typing import Any, Generator, Iterator, Mapping, Sequence, TypeVar
@@ -45,7 +46,8 @@ from .lease import MySQLLease, MySQLSession
 log = logging.getLogger("skiplock.mysql")
 T = TypeVar("T")
 
-TABLES = ("jobs", "job_attempts", "job_cancellations", "paused_queues", "schema_version", "migration_steps")
+TABLES = ("jobs", "job_attempts", "job_cancellations", "paused_queues", "schema_version", "migration_steps",
+          "workers")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 LOCK_WAIT_SECONDS = 5  # innodb_lock_wait_timeout of every skiplock session
 CLAIM_RETRIES = 5
@@ -126,6 +128,49 @@ def _job(row: Sequence[Any]) -> dict[str, Any]:
 def _claimed(row: Sequence[Any]) -> ClaimedJob:
     return ClaimedJob(int(row[0]), row[1], row[2], json.loads(row[3]), int(row[4]), int(row[5]), int(row[6]),
                       _utc(row[7]), _utc(row[8]), _utc(row[9]))
+
+
+class _OnConn:
+    """A statement step of this backend: ``fn(connection)`` gives the step's result."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Any):
+        self.fn = fn
+
+
+def _drive(conn: Any, steps: Generator[Any, Any, T]) -> T:
+    sent: Any = None
+    while True:
+        try:
+            step = steps.send(sent)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        if not isinstance(step, _OnConn):
+            raise TypeError(f"not a MySQL statement step: {step!r}")
+        sent = step.fn(conn)
+
+
+@dataclass
+class ConnectionBudget:
+    """What the server allows this user now: each limit with the sessions counted against it."""
+
+    max_connections: int
+    in_use: int
+    user_limit: int  # max_user_connections; 0: none
+    user_in_use: int
+    user: str
+    database: str
+
+    def available(self) -> tuple[int, str]:
+        """(sessions that can still be opened, the limit that decides it, in words)."""
+        limits = [(self.max_connections - self.in_use,
+                   f"server max_connections {self.max_connections}, {self.in_use} in use")]
+        if self.user_limit > 0:
+            limits.append((self.user_limit - self.user_in_use,
+                           f"max_user_connections {self.user_limit} for {self.user}, {self.user_in_use} in use"))
+        free, why = min(limits)
+        return max(0, free), why
 
 
 class MySQLBackend:
@@ -248,8 +293,12 @@ class MySQLBackend:
     def connect_listener(self) -> Any:
         raise NotImplementedError(f"LISTEN/NOTIFY: MySQL has none, the worker polls ({NOT_YET})")
 
-    def connection_budget(self) -> Any:
-        raise NotImplementedError(f"connection_budget is {NOT_YET}")
+    def connection_budget(self) -> "ConnectionBudget":
+        """What the server lets this user open now (see ``connection_budget`` in queries.sql)."""
+        with self._conn() as c, c.cursor() as cur:
+            cur.execute(self.q["connection_budget"])
+            row = cur.fetchone()
+        return ConnectionBudget(int(row[0]), int(row[1]), int(row[2]), int(row[3]), str(row[4]), str(row[5]))
 
     def close(self) -> None:
         with self._pool_lock:
@@ -390,17 +439,29 @@ class MySQLBackend:
     def keyed_batch(self, jobs: Sequence[NewJob], keyed: Mapping[int, tuple[str, str]]) -> Any:
         raise NotImplementedError(f"keyed_batch is {NOT_YET}")
 
+    # The statement steps (App.enqueue's protocol, see backend/postgres/steps.py): what a step is is
+    # the backend's own business. A MySQL step is an _OnConn -- a function of the connection, since
+    # ids come from LAST_INSERT_ID() rather than rows a statement returns -- run by ``run``.
+
     def enqueue_steps(self, jobs: Sequence[NewJob]) -> Generator[Any, Any, list[int]]:
-        raise NotImplementedError(f"the statement steps (AsyncApp) are {NOT_YET}")
+        ids: list[int] = yield _OnConn(lambda c: self._enqueue_on(c, jobs))
+        return ids
 
     def enqueue_unique_steps(self, job: NewJob, unique_key: str) -> Generator[Any, Any, tuple[int, bool]]:
-        raise NotImplementedError(f"the statement steps (AsyncApp) are {NOT_YET}")
+        found: tuple[int, bool] = yield _OnConn(lambda c: self._unique_on(c, job, unique_key))
+        return found
 
     def enqueue_keyed_steps(self, batch: Any) -> Generator[Any, Any, list[int]]:
-        raise NotImplementedError(f"the statement steps (AsyncApp) are {NOT_YET}")
+        raise NotImplementedError(f"enqueue_many with unique keys is {NOT_YET}")
 
     def run(self, steps: Generator[Any, Any, T], conn: Any = None) -> T:
-        raise NotImplementedError(f"the statement steps are {NOT_YET}")
+        """Run steps on ``conn`` (the caller's PyMySQL connection, in its transaction), else in a
+        pooled transaction committed at the end. Only skiplock errors leave (and the steps' own)."""
+        if conn is not None:
+            with self._on(conn) as raw:
+                return _drive(raw, steps)
+        with self._transaction() as c:
+            return _drive(c, steps)
 
     async def run_async(self, steps: Generator[Any, Any, T], conn: Any) -> T:
         raise NotImplementedError(f"AsyncApp is {NOT_YET}")
@@ -676,6 +737,40 @@ class MySQLBackend:
             cur.execute(self.q["counts"])
             return [(r[0], r[1], int(r[2])) for r in cur.fetchall()]
 
+    # ---- workers (worker/presence.py) and the rescuer -----------------------------------------
+
+    def worker_seen(self, worker_id: uuid.UUID, name: str, tasks: Sequence[str], queues: Sequence[str] | None, *,
+                    host: str | None = None, pid: int | None = None, concurrency: int | None = None) -> None:
+        with self._conn() as c, c.cursor() as cur:
+            cur.execute(self.q["forget_stale_workers"], {"id": str(worker_id)})
+            cur.execute(self.q["worker_seen"], {
+                "id": str(worker_id), "name": name, "tasks": json.dumps(list(tasks)),
+                "queues": None if queues is None else json.dumps(list(queues)), "host": host, "pid": pid,
+                "concurrency": concurrency})
+
+    def worker_gone(self, worker_id: uuid.UUID) -> None:
+        with self._conn() as c, c.cursor() as cur:
+            cur.execute(self.q["worker_gone"], {"id": str(worker_id)})
+
+    def live_workers(self, live_seconds: float) -> int:
+        with self._conn() as c, c.cursor() as cur:
+            cur.execute(self.q["live_workers"], {"live_us": int(live_seconds * 1_000_000)})
+            return int(cur.fetchone()[0])
+
+    def rescue_expired(self, batch: int = 1000) -> list[tuple[int, str]]:
+        """Claimed leases that expired: queued again, or failed after their last attempt; [(id, state)]."""
+        out: list[tuple[int, str]] = []
+        with self._transaction() as c, c.cursor() as cur:
+            cur.execute(self.q["expired_leases"], {"batch": batch})
+            for job_id, attempts, max_attempts in cur.fetchall():
+                state = "failed" if attempts >= max_attempts else "queued"
+                cur.execute(self.q["rescue_one"], {"id": job_id, "state": state})
+                if cur.rowcount == 1:
+                    out.append((int(job_id), state))
+                    if state == "failed":
+                        cur.execute(self.q["forget_attempts"], {"id": job_id})
+        return out
+
     def testing(self) -> Any:
         raise NotImplementedError(f"skiplock.testing is {NOT_YET}")
 
@@ -698,9 +793,9 @@ def _not_yet(name: str) -> Any:
 
 # The port's verbs this slice does not implement yet (docs/mysql.md lists them): present, so the
 # backend satisfies the port's shape, and each says so when called.
-NOT_IMPLEMENTED = ("start_claimed", "heartbeat", "rescue_expired", "cancel_running", "end_lease_holder",
+NOT_IMPLEMENTED = ("start_claimed", "heartbeat", "cancel_running", "end_lease_holder",
                    "retry_failed", "add_waiter", "remove_waiter", "jobs_vacuum_threshold", "enqueue_tick",
-                   "last_tick", "prune_ticks", "worker_seen", "worker_gone", "live_workers", "untakeable",
+                   "last_tick", "prune_ticks", "untakeable",
                    "running_now", "batches_in_flight", "live_worker_rows", "failure_classes", "oldest_ready")
 for _name in NOT_IMPLEMENTED:
     setattr(MySQLBackend, _name, _not_yet(_name))

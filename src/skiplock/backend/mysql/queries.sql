@@ -259,3 +259,48 @@ DELETE FROM {jobs}
  WHERE state = %(state)s AND finished_at < UTC_TIMESTAMP(6) - INTERVAL %(age_us)s MICROSECOND
  ORDER BY id
  LIMIT %(batch)s;
+
+-- name: connection_budget
+-- How many more sessions the server would let this user open: max_connections less the sessions
+-- open now (Threads_connected; MySQL keeps one more for a SUPER/CONNECTION_ADMIN user, not counted
+-- here), and the per-user limit (max_user_connections, 0: none) less this user's sessions.
+SELECT @@max_connections,
+       (SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND <> 'Daemon'),
+       @@max_user_connections,
+       (SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1)),
+       CURRENT_USER(), DATABASE();
+
+-- name: forget_stale_workers
+-- Rows of workers that died without deleting theirs go after an hour (never the caller's own).
+DELETE FROM {workers} WHERE last_seen < UTC_TIMESTAMP(6) - INTERVAL 1 HOUR AND id <> %(id)s;
+
+-- name: worker_seen
+INSERT INTO {workers} (id, name, tasks, queues, host, pid, concurrency, started_at, last_seen)
+VALUES (%(id)s, %(name)s, %(tasks)s, %(queues)s, %(host)s, %(pid)s, %(concurrency)s, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE last_seen = UTC_TIMESTAMP(6), tasks = %(tasks)s, queues = %(queues)s, host = %(host)s,
+                        pid = %(pid)s, concurrency = %(concurrency)s;
+
+-- name: worker_gone
+DELETE FROM {workers} WHERE id = %(id)s;
+
+-- name: live_workers
+SELECT COUNT(*) FROM {workers} WHERE last_seen > UTC_TIMESTAMP(6) - INTERVAL %(live_us)s MICROSECOND;
+
+-- name: expired_leases
+-- The rescuer (claimed lease): running jobs whose lease expired, locked without waiting (a row
+-- being written by its owner or a heartbeat is taken next pass).
+SELECT id, attempts, max_attempts FROM {jobs}
+ WHERE state = 'running' AND lease_expires_at < UTC_TIMESTAMP(6)
+ ORDER BY id LIMIT %(batch)s
+   FOR UPDATE SKIP LOCKED;
+
+-- name: rescue_one
+-- An expired claimed lease: back to the queue with its attempt used, or 'failed' with "lease
+-- expired" after its last attempt. Fenced on state: only a row still running is rescued.
+UPDATE {jobs}
+   SET state = %(state)s, owner = NULL, lease_expires_at = NULL,
+       finished_at = CASE WHEN %(state)s = 'failed' THEN UTC_TIMESTAMP(6) END,
+       last_error = 'LeaseExpired: lease expired',
+       errors = JSON_ARRAY_APPEND(errors, '$', JSON_OBJECT('attempt', attempts, 'error', 'LeaseExpired: lease expired',
+                                  'at', DATE_FORMAT(UTC_TIMESTAMP(6), '%%Y-%%m-%%dT%%H:%%i:%%s.%%f+00:00')))
+ WHERE id = %(id)s AND state = 'running';
