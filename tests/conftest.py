@@ -18,6 +18,7 @@ from psycopg import conninfo, sql
 
 import skiplock
 from skiplock.backend.postgres import embedded
+from mariadb_server import mariadb_admin_dsn, mariadb_dsn, mariadb_server  # noqa: F401 - the private MariaDB (issue 12)
 
 _counter = itertools.count()
 

@@ -238,3 +238,79 @@ def in_thread(fn: Callable[[], Any]) -> Callable[[float], Any]:
         return box["value"]
 
     return join
+
+
+class MariaDBSubject(Subject):
+    """MySQL/MariaDB through PyMySQL (the private MariaDB of tests/mariadb_server.py); ``server`` has
+    every privilege, for ending sessions from outside (KILL) and server-wide defaults."""
+
+    def __init__(self, backend: Any, dsn: str, server: Any):
+        super().__init__()
+        self.backend = backend
+        self.dsn = dsn
+        self.server = server
+        self._seen: dict[int, set[str]] = {}
+        self._isolation_changed = False
+
+    def _admin(self) -> Any:
+        return self.server.connect()
+
+    def producer(self) -> Any:
+        import pymysql
+
+        from skiplock.backend.mysql.dsn import connect_args
+
+        return self._keep(pymysql.connect(**connect_args(self.dsn), autocommit=False))
+
+    def commit(self, conn: Any) -> None:
+        conn.commit()
+
+    def rollback(self, conn: Any) -> None:
+        conn.rollback()
+
+    def session(self, conn: Any) -> int:
+        if hasattr(conn, "session_id"):  # a backend session (Lease): its own id
+            return int(conn.session_id)
+        return int(conn.thread_id())
+
+    def never_wait(self, conn: Any) -> None:
+        raw = getattr(conn, "conn", conn)  # a Lease's driver connection (job.conn)
+        with raw.cursor() as cur:
+            cur.execute("SET SESSION innodb_lock_wait_timeout = 1")  # MySQL's shortest: 1 s, then 1205
+
+    def kill(self, conn: Any) -> None:
+        sid = self.session(conn)
+        with self._admin() as admin, admin.cursor() as cur:
+            cur.execute("KILL CONNECTION %s", (sid,))
+
+            def gone() -> bool:
+                cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s", (sid,))
+                return cur.fetchone()[0] == 0
+
+            _until(gone, f"session {sid} to end")
+
+    def waiting(self, conn: Any) -> bool:
+        with self._admin() as admin, admin.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM information_schema.INNODB_TRX "
+                        "WHERE trx_mysql_thread_id = %s AND trx_state = 'LOCK WAIT'", (self.session(conn),))
+            return bool(cur.fetchone()[0])
+
+    def database_default_isolation(self, level: str) -> None:
+        """MySQL has no per-database default: the server's (GLOBAL) one, restored at close."""
+        with self._admin() as admin, admin.cursor() as cur:
+            cur.execute("SET GLOBAL TRANSACTION ISOLATION LEVEL " + {"repeatable read": "REPEATABLE READ",
+                                                                   "serializable": "SERIALIZABLE"}[level])
+        self._isolation_changed = True
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self._isolation_changed:
+                with self._admin() as admin, admin.cursor() as cur:
+                    cur.execute("SET GLOBAL TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # the server's default
+
+    def age_finished(self, job_id: int, seconds: float) -> None:
+        with self.server.connect(self.dsn.rsplit("/", 1)[1]) as c, c.cursor() as cur:
+            cur.execute(f"UPDATE {self.backend.tables['jobs']} SET finished_at = finished_at - INTERVAL %s MICROSECOND "
+                        "WHERE id = %s", (int(seconds * 1_000_000), job_id))

@@ -3,7 +3,8 @@ the per-backend DSN parsers (``backend/<name>/dsn.py``).
 
 - ``postgresql://`` / ``postgres://`` URIs and libpq key=value DSNs (no ``scheme://``, including
   the empty DSN: libpq's defaults) are PostgreSQL's, parsed by libpq's rules;
-- ``mysql://`` / ``mariadb://`` are MySQL's (no backend yet; shown by the generic URI rules);
+- ``mysql://`` / ``mariadb://`` are MySQL's (backend/mysql/; shown by the URI rules: no password in
+  the userinfo nor in a ``password=`` query option);
 - any other ``scheme://`` is not supported (shown by the generic URI rules: no password).
 
 Nothing here connects, logs or raises; :mod:`skiplock.errors` uses it (deferred) to redact.

@@ -8,13 +8,14 @@ PostgreSQL server (:func:`embedded_server`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ConfigurationError, redact_dsn
 from .base import Backend
 from .dsn import MYSQL_SCHEMES, POSTGRES_SCHEMES, scheme
 
-SUPPORTED = "postgresql:// or postgres:// URIs, or libpq key=value DSNs"
+SUPPORTED = ("postgresql:// or postgres:// URIs, libpq key=value DSNs, or mysql:// / mariadb:// URIs "
+             "(MySQL 8.0.1+ / MariaDB 10.6+)")
 
 
 def open_backend(dsn: str, schema: str = "skiplock", *, lease_timeout: float = 600.0,
@@ -22,7 +23,8 @@ def open_backend(dsn: str, schema: str = "skiplock", *, lease_timeout: float = 6
     """The backend for ``dsn``. Nothing connects yet (the backend connects at first use).
 
     - PostgreSQL: ``postgresql://`` / ``postgres://`` URIs and libpq key=value DSNs;
-    - ``mysql://`` / ``mariadb://``: :class:`ConfigurationError` -- that backend is not available yet;
+    - ``mysql://`` / ``mariadb://``: the MySQL/MariaDB backend (``backend/mysql/``; its driver, PyMySQL,
+      comes with ``pip install 'skiplock[mysql]'``: without it, a ConfigurationError saying so);
     - any other scheme: :class:`ConfigurationError` naming the supported ones.
 
     Errors show the DSN without its password."""
@@ -34,8 +36,14 @@ def open_backend(dsn: str, schema: str = "skiplock", *, lease_timeout: float = 6
         return PostgresBackend(dsn, schema, lease_timeout=lease_timeout,
                                connect_timeout=DEFAULT_CONNECT_TIMEOUT if connect_timeout is None else connect_timeout)
     if found in MYSQL_SCHEMES:
-        raise ConfigurationError(f"the MySQL/MariaDB backend is not available yet (DSN {redact_dsn(dsn)}); "
-                                 f"skiplock supports PostgreSQL: {SUPPORTED}")
+        try:
+            from .mysql.backend import MySQLBackend
+        except ImportError as exc:
+            raise ConfigurationError(f"the MySQL/MariaDB backend needs its driver ({exc.name}): "
+                                     "pip install 'skiplock[mysql]'") from None
+        # cast: the verbs not implemented yet are set on the class (mysql/backend.py: NOT_IMPLEMENTED)
+        return cast(Backend, MySQLBackend(dsn, schema, lease_timeout=lease_timeout,
+                                          connect_timeout=5.0 if connect_timeout is None else connect_timeout))
     raise ConfigurationError(f"unsupported DSN scheme {found!r} (DSN {redact_dsn(dsn)}); skiplock supports "
                              f"{SUPPORTED}")
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .dsn import is_postgres
+from .dsn import MYSQL_SCHEMES, is_postgres, scheme
 
 
 def answers(dsn: str) -> bool | None:
@@ -14,4 +14,10 @@ def answers(dsn: str) -> bool | None:
         from .postgres.probe import answers as postgres_answers
 
         return postgres_answers(dsn)
+    if scheme(dsn) in MYSQL_SCHEMES:
+        try:
+            from .mysql.probe import answers as mysql_answers
+        except ImportError:  # no driver: nothing can probe it
+            return None
+        return mysql_answers(dsn)
     return None

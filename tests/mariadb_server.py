@@ -1,0 +1,220 @@
+"""A private MariaDB server for the tests (issue 12): the distribution's ``mariadb-server`` (10.11),
+started by the test set-up itself -- never the system service.
+
+- **Installed when missing**: as root, ``apt-get install -y mariadb-server``; otherwise the fixture
+  skips saying exactly what to install (and in CI, ``CI`` set, a skip fails the run: tests/conftest.py).
+- **Private**: its own data directory (``mariadb-install-db`` into a fresh temporary directory), its own
+  Unix socket there, a free TCP port on 127.0.0.1 only, ``--no-defaults`` (no system my.cnf). As root
+  it runs as the OS user ``skiplock_mariadb`` (created if missing, as the embedded PostgreSQL's
+  ``embedded_postgres``); its directory is 0700, owned by that user: no other user reads its files or
+  reaches its socket. ``root`` authenticates by ``unix_socket`` only; the tests connect over TCP as
+  ``skiplock`` with a random password made here.
+- **Fast**: no test database, no binary log, a small buffer pool, no fsync per commit (a test server:
+  durability across an OS crash is not what is tested; a server crash/restart still keeps commits).
+- **Stopped** at the end of the session (SIGTERM, then SIGKILL after a deadline) and its files removed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+from urllib.parse import quote
+
+import pytest
+
+SERVER_USER_WHEN_ROOT = "skiplock_mariadb"
+PACKAGE = "mariadb-server"
+INSTALL_HINT = (f"the MariaDB tests need MariaDB 10.11's server (mariadbd, mariadb-install-db): "
+                f"install it with `sudo apt-get install -y {PACKAGE}` (Debian/Ubuntu), "
+                "or run the tests as root, which installs it")
+TEST_USER = "skiplock"
+_counter = itertools.count()
+
+
+def _binary(name: str) -> str | None:
+    return shutil.which(name) or next((str(p) for p in (Path("/usr/sbin") / name, Path("/usr/bin") / name)
+                                       if p.exists()), None)
+
+
+def ensure_installed() -> tuple[str, str]:
+    """(mariadbd, mariadb-install-db); installs the package as root when missing, else skips saying
+    what to install."""
+    server, install_db = _binary("mariadbd"), _binary("mariadb-install-db")
+    if server and install_db:
+        return server, install_db
+    if os.geteuid() != 0:
+        pytest.skip(INSTALL_HINT)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    done = subprocess.run(["apt-get", "install", "-y", "-q", PACKAGE], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
+        done = subprocess.run(["apt-get", "install", "-y", "-q", PACKAGE], env=env, capture_output=True, text=True)
+    server, install_db = _binary("mariadbd"), _binary("mariadb-install-db")
+    if not (server and install_db):
+        pytest.skip(f"{INSTALL_HINT} (apt-get install failed: {done.stderr.strip()[-300:]})")
+    # the package starts the system service; we never use it (our own data dir, socket and port)
+    return server, install_db
+
+
+def _server_user() -> pwd.struct_passwd:
+    if os.geteuid() != 0:
+        return pwd.getpwuid(os.geteuid())
+    try:
+        return pwd.getpwnam(SERVER_USER_WHEN_ROOT)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+                        SERVER_USER_WHEN_ROOT], check=True, capture_output=True)
+        return pwd.getpwnam(SERVER_USER_WHEN_ROOT)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class MariaDB:
+    """A running private server: ``admin_dsn`` (``mysql://skiplock:…@127.0.0.1:port/``, all privileges,
+    KILL included), ``socket``, ``port``, ``version``."""
+
+    root: Path
+    process: subprocess.Popen[bytes]
+    port: int
+    socket: Path
+    password: str
+    version: str
+
+    @property
+    def admin_dsn(self) -> str:
+        return f"mysql://{TEST_USER}:{quote(self.password, safe='')}@127.0.0.1:{self.port}/"
+
+    def dsn(self, database: str) -> str:
+        return f"mysql://{TEST_USER}:{quote(self.password, safe='')}@127.0.0.1:{self.port}/{database}"
+
+    def connect(self, database: str | None = None, **kw: object):  # type: ignore[no-untyped-def]
+        import pymysql
+
+        return pymysql.connect(host="127.0.0.1", port=self.port, user=TEST_USER, password=self.password,
+                               database=database, autocommit=True, **kw)  # type: ignore[arg-type]
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def start(timeout: float = 60.0, extra_args: list[str] | None = None) -> MariaDB:
+    """Install (if needed), initialise and start a private server; returns once it accepts the test user."""
+    server, install_db = ensure_installed()
+    user = _server_user()
+    root = Path(tempfile.mkdtemp(prefix="skiplock-mariadb-"))  # 0700, ours
+    home = root / "server"  # the server's own files: 0700, its user's
+    home.mkdir(mode=0o700)
+    os.chown(home, user.pw_uid, user.pw_gid)
+    if os.geteuid() == 0:
+        os.chmod(root, 0o711)  # the server's user may pass through, not list
+    data, sock = home / "data", home / "mysqld.sock"
+    password = secrets.token_urlsafe(24)
+    done = subprocess.run([install_db, "--no-defaults", f"--datadir={data}", f"--user={user.pw_name}",
+                           "--auth-root-authentication-method=socket", "--skip-test-db", "--skip-name-resolve"],
+                          capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        shutil.rmtree(root, ignore_errors=True)
+        raise RuntimeError(f"mariadb-install-db failed: {done.stdout[-1500:]}\n{done.stderr[-1500:]}")
+    port = _free_port()
+    log = home / "error.log"
+    process = subprocess.Popen(
+        [server, "--no-defaults", f"--datadir={data}", f"--socket={sock}", f"--port={port}",
+         "--bind-address=127.0.0.1", f"--user={user.pw_name}", f"--pid-file={home / 'mysqld.pid'}",
+         f"--log-error={log}", "--skip-name-resolve", "--skip-log-bin", "--innodb-buffer-pool-size=128M",
+         "--innodb-flush-log-at-trx-commit=2", "--max-connections=500", "--character-set-server=utf8mb4",
+         "--collation-server=utf8mb4_bin", *(extra_args or [])],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    db = MariaDB(root, process, port, sock, password, "")
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            text = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            shutil.rmtree(root, ignore_errors=True)
+            raise RuntimeError(f"mariadbd exited with {process.returncode}: {text}")
+        if sock.exists():
+            # root (or the installing user) authenticates by unix_socket on the private socket; the
+            # test user's password goes through stdin, never argv
+            client = _binary("mariadb") or "mariadb"
+            done = subprocess.run([client, "--no-defaults", f"--socket={sock}", "-u",
+                                   "root" if os.geteuid() == 0 else user.pw_name],
+                                  input=(f"CREATE USER '{TEST_USER}'@'127.0.0.1' IDENTIFIED BY '{password}';\n"
+                                         f"GRANT ALL PRIVILEGES ON *.* TO '{TEST_USER}'@'127.0.0.1' "
+                                         "WITH GRANT OPTION;\n"),
+                                  capture_output=True, text=True, timeout=timeout)
+            if done.returncode == 0:
+                with db.connect() as c, c.cursor() as cur:
+                    cur.execute("SELECT VERSION()")
+                    db.version = str(cur.fetchone()[0])
+                return db
+        if time.monotonic() > deadline:
+            db.stop()
+            raise RuntimeError("the private MariaDB did not start in time")
+        time.sleep(0.05)
+
+
+def fresh_database(db: MariaDB) -> str:
+    name = f"skiplock_t{os.getpid()}_{next(_counter)}"
+    with db.connect() as c, c.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")  # name made above: [a-z0-9_] only
+        cur.execute(f"CREATE DATABASE `{name}`")
+    return name
+
+
+def drop_database(db: MariaDB, name: str) -> None:
+    """Drop it, ending its sessions first (as PostgreSQL's DROP DATABASE … WITH (FORCE)): an open
+    transaction's metadata locks would make the DROP wait."""
+    with db.connect() as c, c.cursor() as cur:
+        cur.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s AND ID <> CONNECTION_ID()", (name,))
+        for (sid,) in cur.fetchall():
+            try:
+                cur.execute("KILL CONNECTION %s", (sid,))
+            except Exception:  # noqa: BLE001 - gone meanwhile (1094)
+                pass
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+@pytest.fixture(scope="session")
+def mariadb_server() -> Iterator[MariaDB]:
+    """The session's private MariaDB (started on first use, stopped at the end)."""
+    db = start()
+    try:
+        yield db
+    finally:
+        db.stop()
+
+
+@pytest.fixture(scope="session")
+def mariadb_admin_dsn(mariadb_server: MariaDB) -> str:
+    """A DSN with every privilege (KILL of other sessions, CREATE DATABASE) on the private server."""
+    return mariadb_server.admin_dsn
+
+
+@pytest.fixture
+def mariadb_dsn(mariadb_server: MariaDB) -> Iterator[str]:
+    """``mysql://…`` naming a fresh, empty database (dropped after the test)."""
+    name = fresh_database(mariadb_server)
+    yield mariadb_server.dsn(name)
+    drop_database(mariadb_server, name)

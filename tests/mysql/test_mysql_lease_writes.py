@@ -1,0 +1,51 @@
+"""``job.conn`` on MySQL is the lease's PyMySQL connection: a handler's writes through a DB-API cursor
+with ``%s`` placeholders commit with the job's ``done``, or not at all (issue 12, item 6)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+import pytest
+
+from skiplock.backend import open_backend
+from skiplock.backend.base import NewJob
+
+
+@pytest.fixture
+def backend(mariadb_dsn: str, mariadb_server: Any) -> Iterator[Any]:
+    b = open_backend(mariadb_dsn)
+    b.migrate()
+    with mariadb_server.connect(mariadb_dsn.rsplit("/", 1)[1]) as c, c.cursor() as cur:
+        cur.execute("CREATE TABLE sent (addr VARCHAR(100), n INT) ENGINE=InnoDB")
+    yield b
+    b.close()
+
+
+def _sent(backend: Any) -> list[tuple[Any, ...]]:
+    with backend._conn() as c, c.cursor() as cur:
+        cur.execute("SELECT addr, n FROM sent ORDER BY addr")
+        return list(cur.fetchall())
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_a_handlers_cursor_write_commits_with_the_job_or_not_at_all(backend: Any, commit: bool) -> None:
+    job_id = backend.enqueue([NewJob("send", json.dumps({"to": "a@example.com"}), "default", 0, 3, None)])[0]
+    lease, book = backend.connect_lease(), backend.connect_bookkeeping()
+    try:
+        lease.begin()
+        (job,) = backend.claim(lease, ["default"])
+        attempt = backend.start_attempt(book, job, "w:1/0", lease.session_id)[0]
+        cur = lease.conn.cursor()  # what a handler does with job.conn
+        cur.execute("insert into sent (addr, n) values (%s, %s)", (job.args["to"], attempt))
+        assert backend.complete(lease, job, attempt, None, job.claimed_at, "w:1/0")
+        assert _sent(backend) == []  # not visible before the lease commits
+        lease.commit() if commit else lease.rollback()
+    finally:
+        lease.close()
+        book.close()
+    state = backend.get_job(job_id)["state"]
+    if commit:
+        assert (state, _sent(backend)) == ("done", [("a@example.com", 1)])
+    else:
+        assert (state, _sent(backend)) == ("queued", [])

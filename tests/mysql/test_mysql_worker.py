@@ -1,0 +1,80 @@
+"""The real worker on MariaDB (issue 12): nothing above the seam changed for it. 200 jobs drained by
+``app.worker(...).run(stop_when_empty=True)``: every job done once, and each handler's write through
+``job.conn`` (a DB-API cursor, ``%s`` placeholders) committed with its job -- exactly one row per job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import skiplock
+
+
+def test_a_worker_drains_200_jobs_each_write_once_with_its_job(mariadb_dsn: str, mariadb_server: Any) -> None:
+    app = skiplock.App(mariadb_dsn)
+    app.migrate()
+    database = mariadb_dsn.rsplit("/", 1)[1]
+    with mariadb_server.connect(database) as c, c.cursor() as cur:
+        cur.execute("CREATE TABLE effects (job_id BIGINT NOT NULL, n INT NOT NULL) ENGINE=InnoDB")
+
+    @app.task(name="effect")
+    def effect(job: Any, n: int) -> None:
+        cur = job.conn.cursor()
+        cur.execute("insert into effects (job_id, n) values (%s, %s)", (job.id, n))
+
+    ids = [app.enqueue("effect", {"n": i}) for i in range(200)]
+    try:
+        app.worker(concurrency=4, poll_interval=0.05).run(stop_when_empty=True)
+        states = {app.get_job(i).state for i in ids}
+    finally:
+        app.close()
+    assert states == {"done"}
+    with mariadb_server.connect(database) as c, c.cursor() as cur:
+        cur.execute("SELECT job_id, COUNT(*) FROM effects GROUP BY job_id HAVING COUNT(*) <> 1")
+        assert cur.fetchall() == ()
+        cur.execute("SELECT COUNT(*), COUNT(DISTINCT job_id), SUM(n) FROM effects")
+        assert cur.fetchone() == (200, 200, sum(range(200)))
+
+
+def test_a_killed_lease_session_returns_its_job_to_the_worker(mariadb_dsn: str, mariadb_server: Any) -> None:
+    """KILL of the lease session mid-job (an operator, a crash of the connection): the attempt rolls
+    back with everything the handler wrote, the job is queued again and runs to done; its effect
+    exists once, from the run that committed."""
+    import threading
+
+    from support import wait_for
+
+    app = skiplock.App(mariadb_dsn)
+    app.migrate()
+    database = mariadb_dsn.rsplit("/", 1)[1]
+    with mariadb_server.connect(database) as c, c.cursor() as cur:
+        cur.execute("CREATE TABLE effects (job_id BIGINT NOT NULL, session BIGINT NOT NULL) ENGINE=InnoDB")
+    sessions: list[int] = []
+    release = threading.Event()
+
+    @app.task(name="slow", max_attempts=3)
+    def slow(job: Any) -> None:
+        cur = job.conn.cursor()
+        cur.execute("insert into effects (job_id, session) values (%s, %s)", (job.id, job.conn.thread_id()))
+        sessions.append(job.conn.thread_id())
+        if len(sessions) == 1:
+            release.wait(30)  # the first run is killed meanwhile
+
+    job_id = app.enqueue("slow", {})
+    worker = app.worker(concurrency=1, poll_interval=0.05)
+    runner = threading.Thread(target=lambda: worker.run(stop_when_empty=True), daemon=True)
+    runner.start()
+    try:
+        wait_for(lambda: sessions, what="the first run to start")
+        with mariadb_server.connect() as admin, admin.cursor() as cur:
+            cur.execute("KILL CONNECTION %s", (sessions[0],))
+        release.set()
+        runner.join(60)
+        assert not runner.is_alive()
+        job = app.get_job(job_id)
+    finally:
+        release.set()
+        app.close()
+    assert job.state == "done" and len(sessions) == 2 and sessions[1] != sessions[0]
+    with mariadb_server.connect(database) as c, c.cursor() as cur:
+        cur.execute("SELECT session FROM effects WHERE job_id = %s", (job_id,))
+        assert cur.fetchall() == ((sessions[1],),)
