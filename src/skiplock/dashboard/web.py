@@ -1,4 +1,5 @@
-"""The dashboard's routes, the authentication middleware and the pages (see docs/dashboard.md).
+"""The dashboard's pages and routes (see docs/dashboard.md); its actions are in actions.py, the
+authentication middleware in middleware.py, the template filters and form parsing in filters.py.
 
 Endpoints that read are plain ``def`` functions (Starlette runs them in its thread pool: the App's
 calls are synchronous); actions are ``async`` only to read their form, and call the App in the
@@ -7,120 +8,31 @@ thread pool too. Every action: operator role, CSRF token for a cookie session, t
 
 from __future__ import annotations
 
-import json
 import math
 from datetime import datetime, timedelta, timezone
 from importlib import resources
-from typing import Any, Callable, Mapping, Sequence
-from urllib.parse import quote, urlencode
+from typing import Any, Sequence
+from urllib.parse import urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import URL
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..errors import DuplicateJob, InvalidJob, JobNotFound, SkiplockError
+from ..errors import JobNotFound
 from ..job import JobState
 from ..readmodel import JobFilter, all_pages
+from .actions import BULK_STATES, Actions
 from .auth import COOKIE, Auth, Identity
+from .filters import ago, dur, filter_from, page_size, parse_time, pretty, ts
+from .middleware import AuthMiddleware, route_path
 
 HERE = resources.files(__package__)
-PUBLIC = ("/login", "/static/")
-FINISHED_STATES = ("done", "failed", "cancelled")
-# Which states a bulk action applies to (the filter's state must be one of them: the confirmation's
-# count is then exactly the rows it touches).
-BULK_STATES = {"retry": ("failed", "cancelled"), "cancel": ("queued", "running"), "delete": FINISHED_STATES}
 
 
-def _route_path(scope: Mapping[str, Any]) -> str:
-    path, root = scope.get("path", ""), scope.get("root_path", "")
-    return path[len(root):] if root and path.startswith(root) else path
-
-
-class AuthMiddleware:
-    """Closed by default: every path but the login page and static files needs an identity (see
-    auth.py); without one, 401 for what does not ask for HTML, else a redirect to the login page."""
-
-    def __init__(self, asgi: Any, auth: Auth):
-        self.asgi, self.auth = asgi, auth
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.asgi(scope, receive, send)
-            return
-        path = _route_path(scope)
-        request = Request(scope)
-        identity = self.auth.identify(request.headers, request.cookies)
-        scope["skiplock.identity"] = identity
-        if identity is None and not any(path == p or path.startswith(p) for p in PUBLIC):
-            wants_html = "text/html" in request.headers.get("accept", "") and not path.startswith("/api/")
-            if wants_html and request.method in ("GET", "HEAD") and "authorization" not in request.headers:
-                target = scope.get("root_path", "") + "/login?" + urlencode({"next": path})
-                response: Response = RedirectResponse(target, status_code=303)
-            else:
-                response = JSONResponse({"error": "authentication required"}, status_code=401,
-                                        headers={"WWW-Authenticate": 'Bearer realm="skiplock"'})
-            await response(scope, receive, send)
-            return
-
-        async def with_headers(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                headers = message.setdefault("headers", [])
-                for name, value in SECURITY_HEADERS:
-                    headers.append((name, value))
-            await send(message)
-
-        await self.asgi(scope, receive, with_headers)
-
-
-SECURITY_HEADERS = [
-    (b"content-security-policy", b"default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
-                                 b"form-action 'self'; base-uri 'none'"),
-    (b"x-frame-options", b"DENY"),
-    (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),  # the login URL carries a token
-    (b"cache-control", b"no-store"),
-]
-
-
-# ---- formatting (Jinja filters) ------------------------------------------------------------------
-
-def _ts(value: datetime | None) -> str:
-    return "" if value is None else value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _dur(value: timedelta | float | None) -> str:
-    if value is None:
-        return ""
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if seconds < 0:
-        return "in " + _dur(-seconds)
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    days, hours = divmod(hours, 24)
-    if days:
-        return f"{days} d {hours} h"
-    return f"{hours} h {minutes} min" if hours else f"{minutes} min {secs} s"
-
-
-def _ago(value: datetime | None, now: datetime | None = None) -> str:
-    if value is None:
-        return ""
-    delta = (now or datetime.now(timezone.utc)) - value
-    return ("in " + _dur(-delta)) if delta.total_seconds() < 0 else _dur(delta) + " ago"
-
-
-def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, default=str, ensure_ascii=False)
-
-
-class Dashboard:
+class Dashboard(Actions):
     """The pages and actions over one App (``build`` makes the Starlette app)."""
 
     def __init__(self, app: Any, auth: Auth, *, redact: Any, poll_seconds: float, bulk_max: int):
@@ -128,7 +40,7 @@ class Dashboard:
         self.poll_seconds, self.bulk_max = poll_seconds, bulk_max
         self.env = Environment(loader=FileSystemLoader(str(HERE.joinpath("templates"))),
                                autoescape=select_autoescape(default=True, default_for_string=True))
-        self.env.filters.update(ts=_ts, dur=_dur, ago=_ago, pretty=_pretty)
+        self.env.filters.update(ts=ts, dur=dur, ago=ago, pretty=pretty)
 
     # ---- rendering ---------------------------------------------------------------------------
 
@@ -139,7 +51,7 @@ class Dashboard:
         template = self.env.get_template(context["live"] if fragment else name)
         html = template.render(base=base, identity=identity, request=request, poll=self.poll_seconds,
                                now=datetime.now(timezone.utc), message=request.query_params.get("message"),
-                               path=_route_path(request.scope), **context)
+                               path=route_path(request.scope), **context)
         return HTMLResponse(html, status_code=status)
 
     def redacted_args(self, task: str, args: dict[str, Any]) -> Any:
@@ -208,7 +120,7 @@ class Dashboard:
         params = request.query_params
         try:
             flt = filter_from(params)
-            page = self.app.read_model.find_jobs(flt, limit=_page_size(params.get("limit")), after=params.get("after"))
+            page = self.app.read_model.find_jobs(flt, limit=page_size(params.get("limit")), after=params.get("after"))
         except ValueError as exc:
             return self.render(request, "jobs.html", status=400, title="Jobs", error=str(exc), flt=JobFilter(),
                                form=dict(params), rows=[], next_url=None, bulk_states=BULK_STATES)
@@ -228,7 +140,7 @@ class Dashboard:
             return self.render(request, "error.html", status=404, title="Not found", error=f"no job with id {job_id}")
         timeline = [("enqueued", job.created_at, None), ("due", job.run_at, None)]
         for entry in job.errors:
-            timeline.append((f"attempt {entry.get('attempt', '?')} failed", _parse(entry.get("at")),
+            timeline.append((f"attempt {entry.get('attempt', '?')} failed", parse_time(entry.get("at")),
                              entry.get("worker")))
         if job.started_at:
             timeline.append(("last attempt started", job.started_at, job.worker))
@@ -282,185 +194,6 @@ class Dashboard:
                              "ready": [{"queue": q.queue, "ready": q.ready, "age_seconds": q.age.total_seconds(),
                                         "paused": q.paused} for q in rm.oldest_ready()],
                              "running": len(all_pages(rm.running_now, 1000))})
-
-    # ---- actions -----------------------------------------------------------------------------
-
-    async def _authorise(self, request: Request) -> tuple[Identity, Any] | Response:
-        identity: Identity = request.scope["skiplock.identity"]
-        form = await request.form()
-        if not identity.can_act:
-            return PlainTextResponse("forbidden: this token is read-only (use the operator token)", status_code=403)
-        if not self.auth.csrf_ok(identity, str(form.get("csrf") or request.headers.get("x-csrf-token") or "")):
-            return PlainTextResponse("forbidden: missing or wrong CSRF token (reload the page)", status_code=403)
-        return identity, form
-
-    def _audit(self, request: Request, identity: Identity, action: str, target: Mapping[str, Any], n: int) -> None:
-        client = request.client.host if request.client else None
-        self.app.read_model.backend.audit_write(identity.actor(client), action, target, n)
-
-    def _back(self, request: Request, where: str, message: str) -> Response:
-        base = request.scope.get("root_path", "")
-        sep = "&" if "?" in where else "?"
-        return RedirectResponse(f"{base}{where}{sep}message={quote(message)}", status_code=303)
-
-    async def job_action(self, request: Request) -> Response:
-        checked = await self._authorise(request)
-        if isinstance(checked, Response):
-            return checked
-        identity, form = checked
-        job_id, action = request.path_params["job_id"], request.path_params["action"]
-        if action not in ("retry", "cancel", "delete"):
-            return PlainTextResponse("unknown action", status_code=404)
-
-        def act() -> str:
-            try:
-                if action == "retry":
-                    self.app.retry_job(job_id)
-                    n, text = 1, f"job {job_id} put back in the queue"
-                elif action == "cancel":
-                    state = self.app.cancel_job(job_id, reason="cancelled from the dashboard", wait=2.0)
-                    n, text = int(state == JobState.CANCELLED), f"job {job_id} is {state.value}"
-                elif action == "delete":
-                    n = len(self.app.read_model.backend.delete_finished_jobs([job_id]))
-                    text = f"job {job_id} deleted" if n else f"job {job_id} was not deleted (only finished jobs are)"
-                else:  # pragma: no cover - refused above
-                    return "unknown action"
-            except (InvalidJob, DuplicateJob, JobNotFound) as exc:
-                n, text = 0, str(exc)
-            self._audit(request, identity, action, {"job_id": job_id}, n)
-            return text
-
-        text = await run_in_threadpool(act)
-        back = str(form.get("back") or "")
-        where = back if back in ("/running", "/jobs") else "/jobs" if action == "delete" else f"/jobs/{job_id}"
-        return self._back(request, where, text)
-
-    async def bulk(self, request: Request) -> Response:
-        """Bulk retry/cancel/delete of the jobs matching a filter: first a confirmation page saying
-        how many rows it touches, then (``confirm=yes``) the action, on at most ``bulk_max`` jobs."""
-        checked = await self._authorise(request)
-        if isinstance(checked, Response):
-            return checked
-        identity, form = checked
-        action = str(form.get("action") or "")
-        try:
-            flt = filter_from(form)
-        except ValueError as exc:
-            return self.render(request, "error.html", status=400, title="Bad filter", error=str(exc))
-        if action not in BULK_STATES or flt.state not in BULK_STATES.get(action, ()):
-            allowed = ", ".join(BULK_STATES.get(action, ()))
-            return self.render(request, "error.html", status=400, title="Choose a state",
-                               error=f"to {action or 'act on'} jobs in bulk, filter by state first ({allowed})")
-        if form.get("confirm") != "yes":
-            count, more = await run_in_threadpool(self.app.read_model.count_jobs, flt, cap=self.bulk_max)
-            return self.render(request, "confirm.html", title="Confirm", action=action, flt=flt, count=count,
-                               more=more, fields=flt.described(), cap=self.bulk_max)
-
-        def act() -> tuple[int, int]:
-            matched = affected = 0
-            before = None
-            while matched < self.bulk_max:
-                ids = self.app.read_model.matching_ids(flt, limit=min(500, self.bulk_max - matched), before=before)
-                if not ids:
-                    break
-                matched += len(ids)
-                before = ids[-1]
-                if action == "delete":
-                    affected += len(self.app.read_model.backend.delete_finished_jobs(ids))
-                    continue
-                for job_id in ids:
-                    try:
-                        if action == "retry":
-                            self.app.retry_job(job_id)
-                            affected += 1
-                        elif self.app.cancel_job(job_id, reason="cancelled from the dashboard (bulk)",
-                                                 wait=0.0) == JobState.CANCELLED:
-                            affected += 1
-                    except (InvalidJob, DuplicateJob, JobNotFound):
-                        pass  # finished, retried or deleted meanwhile: not touched
-            self._audit(request, identity, f"bulk {action}", {"filter": flt.described(), "matched": matched},
-                        affected)
-            return matched, affected
-
-        matched, affected = await run_in_threadpool(act)
-        query = urlencode({k: v for k, v in flt.described().items()})
-        return self._back(request, f"/jobs?{query}", f"{action}: {affected} of {matched} matching jobs")
-
-    async def queue_action(self, request: Request) -> Response:
-        checked = await self._authorise(request)
-        if isinstance(checked, Response):
-            return checked
-        identity, _ = checked
-        queue, action = request.path_params["queue"], request.path_params["action"]
-        if action not in ("pause", "resume"):
-            return PlainTextResponse("unknown action", status_code=404)
-
-        def act() -> str:
-            try:
-                if action == "pause":
-                    self.app.pause_queue(queue, force=True)
-                    text, n = f"queue {queue} paused", 1
-                else:
-                    n = int(self.app.resume_queue(queue))
-                    text = f"queue {queue} resumed" if n else f"queue {queue} was not paused"
-            except (SkiplockError, ValueError) as exc:
-                text, n = str(exc), 0
-            self._audit(request, identity, action, {"queue": queue}, n)
-            return text
-
-        return self._back(request, "/queues", await run_in_threadpool(act))
-
-    async def redrive(self, request: Request) -> Response:
-        checked = await self._authorise(request)
-        if isinstance(checked, Response):
-            return checked
-        identity, form = checked
-        message_id = str(form.get("id") or "")
-
-        def act() -> str:
-            ids = [int(message_id)] if message_id.isdigit() else None
-            redriven = self.app.outbox.redrive(ids)
-            self._audit(request, identity, "outbox redrive", {"ids": ids or "all failed"}, len(redriven))
-            return f"{len(redriven)} message(s) redriven"
-
-        return self._back(request, "/outbox", await run_in_threadpool(act))
-
-
-def _parse(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value
-    try:
-        return datetime.fromisoformat(str(value)) if value else None
-    except ValueError:
-        return None
-
-
-def _page_size(value: str | None) -> int:
-    if not value:
-        return 50
-    if not value.isdigit() or not 1 <= int(value) <= 500:
-        raise ValueError(f"limit must be a whole number from 1 to 500, got {value!r}")
-    return int(value)
-
-
-def _when(name: str, value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError(f"{name} must be a date and time such as 2026-12-01T10:00, got {value!r}") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
-
-
-def filter_from(params: Mapping[str, Any]) -> JobFilter:
-    """A JobFilter from query or form fields (empty fields: any); times without a zone are UTC."""
-    def text(key: str) -> str | None:
-        value = params.get(key)
-        return str(value).strip() or None if value is not None else None
-
-    return JobFilter(state=text("state"), queue=text("queue"), task=text("task"), error_class=text("error_class"),
-                     since=_when("since", text("since")), until=_when("until", text("until")), args=text("args"))
 
 
 def build(app: Any, auth: Auth, *, routes: Sequence[Any], redact: Any, poll_seconds: float,
