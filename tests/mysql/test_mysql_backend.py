@@ -13,7 +13,7 @@ import pytest
 from skiplock.backend import open_backend
 from skiplock.backend.base import NewJob
 from skiplock.backend.mysql import MySQLBackend
-from skiplock.backend.mysql.backend import migrations, quote_identifier
+from skiplock.backend.mysql.sql import migrations, quote_identifier
 from skiplock.errors import ConfigurationError, DatabaseUnavailable, SchemaError
 
 

@@ -28,7 +28,7 @@ from ...errors import ConnectionLost
 from .errors import translate
 
 if TYPE_CHECKING:
-    from .backend import MySQLBackend
+    from .connections import MySQLConnections
 
 _IN_TRANS = SERVER_STATUS.SERVER_STATUS_IN_TRANS
 
@@ -69,7 +69,7 @@ class MySQLLease(MySQLSession):
 
     __slots__ = ("bounded_by_server", "_backend", "q", "_ended", "refused")
 
-    def __init__(self, conn: Any, backend: "MySQLBackend"):
+    def __init__(self, conn: Any, backend: "MySQLConnections"):
         super().__init__(conn, backend.dsn)
         self._backend = backend
         self.q = backend.q

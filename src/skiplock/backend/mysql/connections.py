@@ -1,0 +1,217 @@
+"""MySQL/MariaDB connections: every session at READ COMMITTED in UTC with a short lock wait, the
+start-up checks (binlog format, auto-increment mode), the pool, leases and bookkeeping sessions."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import pymysql
+
+from ...errors import ConfigurationError, DatabaseUnavailable, redact_dsn
+from ..base import Capabilities
+from .dsn import connect_args
+from .errors import code, connection_lost, translate, translated
+from .lease import MySQLLease, MySQLSession
+from .sql import LOCK_WAIT_SECONDS, NOT_YET, _load, _named, names
+
+log = logging.getLogger("skiplock.mysql")
+
+
+@dataclass
+class ConnectionBudget:
+    """What the server allows this user now: each limit with the sessions counted against it."""
+
+    max_connections: int
+    in_use: int
+    user_limit: int  # max_user_connections; 0: none
+    user_in_use: int
+    user: str
+    database: str
+
+    def available(self) -> tuple[int, str]:
+        """(sessions that can still be opened, the limit that decides it, in words)."""
+        limits = [(self.max_connections - self.in_use,
+                   f"server max_connections {self.max_connections}, {self.in_use} in use")]
+        if self.user_limit > 0:
+            limits.append((self.user_limit - self.user_in_use,
+                           f"max_user_connections {self.user_limit} for {self.user}, {self.user_in_use} in use"))
+        free, why = min(limits)
+        return max(0, free), why
+
+
+class MySQLConnections:
+    """The MySQL backend's connections (a small pool, lease and bookkeeping sessions) and the
+    start-up checks; the verbs live in mixins (producing.py, leasing.py, operating.py) that
+    backend.py assembles. Nothing connects before first use."""
+
+    wake_payload = "wake"
+    capabilities = Capabilities(batched_claims=False, listen_notify=False, server_bounds_lease=False)
+
+    def __init__(self, dsn: str, schema: str = "skiplock", *, lease_timeout: float = 600.0,
+                 connect_timeout: float = 5.0, pool_size: int = 8):
+        self.dsn = dsn
+        self.schema = schema
+        self.lease_timeout = lease_timeout
+        self.connect_timeout = connect_timeout
+        self.pool_size = pool_size
+        self._args = connect_args(dsn)
+        self.tables = names(schema)
+        self.q = _named(_load("queries.sql", self.tables))
+        self._pool: list[Any] = []
+        self._pool_lock = threading.Lock()
+        self._checked: bool = False
+        self._autoinc_consecutive = True
+        self._idle_transaction_timeout: bool | None = None
+
+    def __repr__(self) -> str:  # never the password
+        return f"{type(self).__name__}({redact_dsn(self.dsn)!r}, schema={self.schema!r})"
+
+    # ---- connections ---------------------------------------------------------------------------
+
+    def _connect(self, *, autocommit: bool) -> Any:
+        args = dict(self._args)
+        args.setdefault("connect_timeout", self.connect_timeout)
+        try:
+            conn = pymysql.connect(**args, autocommit=autocommit, charset="utf8mb4")
+        except pymysql.err.MySQLError as exc:
+            err = translate(exc, self.dsn)
+            raise DatabaseUnavailable(f"cannot connect to MySQL at {redact_dsn(self.dsn)}: {err}") from None
+        try:
+            with translated(self.dsn), conn.cursor() as cur:
+                cur.execute(self.q["session_setup"], {"lock_wait": LOCK_WAIT_SECONDS})
+                cur.execute(self.q["session_isolation"])
+            if not self._checked:
+                self._start_up_checks(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _start_up_checks(self, conn: Any) -> None:
+        """binlog_format (SKIP LOCKED is unsafe for statement-based replication: refused), the
+        auto-increment lock mode (consecutive ids of a multi-row insert), idle_transaction_timeout."""
+        with translated(self.dsn), conn.cursor() as cur:
+            cur.execute("SELECT @@GLOBAL.binlog_format, @@GLOBAL.log_bin, @@innodb_autoinc_lock_mode")
+            binlog_format, log_bin, autoinc = cur.fetchone()
+            cur.execute("SELECT COUNT(*) FROM information_schema.GLOBAL_VARIABLES "
+                        "WHERE VARIABLE_NAME = 'IDLE_TRANSACTION_TIMEOUT'")
+            self._idle_transaction_timeout = bool(cur.fetchone()[0])
+        if int(log_bin or 0) and str(binlog_format).upper() == "STATEMENT":
+            raise ConfigurationError(
+                "the MySQL server logs its binary log with binlog_format=STATEMENT: SELECT … FOR UPDATE "
+                "SKIP LOCKED is unsafe for statement-based replication (a replica would lock other rows); "
+                "set binlog_format=ROW (see docs/mysql.md)")
+        if int(log_bin or 0) and str(binlog_format).upper() == "MIXED":
+            log.warning("binlog_format=MIXED: SKIP LOCKED statements are logged row-based; ROW is recommended")
+        self._autoinc_consecutive = int(autoinc) in (0, 1)
+        self._checked = True
+
+    @contextmanager
+    def _conn(self) -> Iterator[Any]:
+        """A pooled autocommit connection; one that failed with a lost session is discarded."""
+        with self._pool_lock:
+            conn = self._pool.pop() if self._pool else None
+        if conn is None:
+            conn = self._connect(autocommit=True)
+        ok = False
+        try:
+            yield conn
+            ok = True
+        except pymysql.err.MySQLError as exc:
+            ok = not connection_lost(exc)
+            raise translate(exc, self.dsn) from None
+        finally:
+            if ok and conn.open and not (conn.server_status & 1):  # not left in a transaction
+                with self._pool_lock:
+                    if len(self._pool) < self.pool_size:
+                        self._pool.append(conn)
+                        conn = None
+            if conn is not None:
+                try:
+                    conn.close()
+                except pymysql.err.Error:
+                    pass
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        """A pooled connection in a transaction: committed at the end, rolled back on an error."""
+        with self._conn() as conn:
+            conn.begin()
+            try:
+                yield conn
+            except BaseException:
+                if conn.open:
+                    try:
+                        conn.rollback()
+                    except pymysql.err.Error:
+                        pass
+                raise
+            conn.commit()
+
+    def connect_lease(self, application_name: str = "skiplock-worker") -> MySQLLease:
+        conn = self._connect(autocommit=False)
+        if self._idle_transaction_timeout:
+            with translated(self.dsn), conn.cursor() as cur:
+                cur.execute("SET SESSION idle_transaction_timeout = %s", (max(1, int(self.lease_timeout)),))
+        return MySQLLease(conn, self)
+
+    def connect_bookkeeping(self) -> MySQLSession:
+        return MySQLSession(self._connect(autocommit=True), self.dsn)
+
+    def connect_listener(self) -> Any:
+        raise NotImplementedError(f"LISTEN/NOTIFY: MySQL has none, the worker polls ({NOT_YET})")
+
+    def connection_budget(self) -> "ConnectionBudget":
+        """What the server lets this user open now (see ``connection_budget`` in queries.sql)."""
+        with self._conn() as c, c.cursor() as cur:
+            cur.execute(self.q["connection_budget"])
+            row = cur.fetchone()
+        return ConnectionBudget(int(row[0]), int(row[1]), int(row[2]), int(row[3]), str(row[4]), str(row[5]))
+
+    def close(self) -> None:
+        with self._pool_lock:
+            pool, self._pool = self._pool, []
+        for conn in pool:
+            try:
+                conn.close()
+            except pymysql.err.Error:
+                pass
+
+    def _raw(self, conn: Any) -> Any:
+        return getattr(conn, "conn", conn)
+
+    @contextmanager
+    def _on(self, conn: Any) -> Iterator[Any]:
+        """Run on ``conn`` (a Lease, a Session or the caller's connection) with driver errors raised as
+        skiplock's; a statement refused on a lease marks it ``in_error`` until its rollback."""
+        try:
+            yield self._raw(conn)
+        except pymysql.err.MySQLError as exc:
+            error = translate(exc, self.dsn)
+            if isinstance(conn, MySQLLease) and not connection_lost(exc):
+                conn.refused = True
+            raise error from None
+
+    def terminate(self, backend_pids: Sequence[int]) -> None:
+        """KILL these sessions (their transactions roll back) and wait (up to 5 s) until they are gone."""
+        if not backend_pids:
+            return
+        with self._conn() as c, c.cursor() as cur:
+            for pid in backend_pids:
+                try:
+                    cur.execute("KILL CONNECTION %s", (int(pid),))
+                except pymysql.err.OperationalError as exc:
+                    if code(exc) != 1094:  # unknown thread id: already gone
+                        raise
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID IN %s",
+                            (list(int(p) for p in backend_pids),))
+                if cur.fetchone()[0] == 0:
+                    return
+                time.sleep(0.01)

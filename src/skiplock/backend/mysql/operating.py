@@ -1,0 +1,131 @@
+"""Operating on MySQL/MariaDB: cancel, retry, pause/resume, prune; reads; workers' presence and the
+rescuer."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Sequence
+
+from .connections import MySQLConnections
+from .sql import _job
+
+
+class Operating(MySQLConnections):
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    def request_cancel(self, job_id: int, reason: str) -> str | None:
+        """Record the request; returns the job's state (None: no such job)."""
+        with self._conn() as c, c.cursor() as cur:
+            cur.execute(self.q["request_cancel"], {"id": job_id, "reason": reason})
+            cur.execute(self.q["job_state"], {"id": job_id})
+            row = cur.fetchone()
+        return None if row is None else row[0]
+
+    def cancel_if_unlocked(self, job_id: int) -> bool:
+        with self._transaction() as c, c.cursor() as cur:
+            cur.execute(self.q["cancel_if_unlocked"], {"id": job_id})
+            if cur.fetchone() is None:
+                return False
+            cur.execute(self.q["cancel_now"], {"id": job_id})
+            done = cur.rowcount == 1
+            if done:
+                cur.execute(self.q["forget_cancellation"], {"id": job_id})
+                cur.execute(self.q["forget_attempts"], {"id": job_id})
+        return done
+
+    def forget_cancel_request(self, job_id: int) -> None:
+        with self._conn() as c, c.cursor() as cur:
+            cur.execute(self.q["forget_cancellation"], {"id": job_id})
+
+    def retry_job(self, job_id: int) -> bool:
+        """Queue a failed/cancelled job again; False if it is not one, or its unique key is held."""
+        try:
+            with self._transaction() as c, c.cursor() as cur:
+                cur.execute(self.q["retry_job"], {"id": job_id})
+                return cur.rowcount == 1
+        except Exception as exc:  # noqa: BLE001 - translated: 1062, the key is held
+            if getattr(exc, "sqlstate", None) == "1062":
+                return False
+            raise
+
+    def queue_known(self, queue: str) -> bool:
+        with self._conn() as c, c.cursor() as cur:
+            cur.execute(self.q["queue_known"], {"queue": queue})
+            return bool(cur.fetchone()[0])
+
+    def pause_queue(self, queue: str) -> None:
+        with self._conn() as c, c.cursor() as cur:
+            cur.execute(self.q["pause_queue"], {"queue": queue})
+
+    def resume_queue(self, queue: str) -> bool:
+        with self._conn() as c, c.cursor() as cur:
+            cur.execute(self.q["resume_queue"], {"queue": queue})
+            return cur.rowcount == 1
+
+    def paused_queues(self) -> list[str]:
+        with self._conn() as c, c.cursor() as cur:
+            cur.execute(self.q["paused_queues"])
+            return [r[0] for r in cur.fetchall()]
+
+    def prune(self, state: str, age_seconds: float, batch: int) -> int | None:
+        """Delete up to ``batch`` finished jobs of ``state`` older than ``age_seconds``; the count."""
+        if state not in ("done", "failed", "cancelled"):
+            raise ValueError(f"prune: {state!r} is not a finished state")
+        with self._conn() as c, c.cursor() as cur:
+            cur.execute(self.q["prune"], {"state": state, "age_us": int(age_seconds * 1_000_000), "batch": batch})
+            return int(cur.rowcount)
+
+    # ---- reading -------------------------------------------------------------------------------
+
+    def get_job(self, job_id: int) -> dict[str, Any] | None:
+        with self._conn() as c, c.cursor() as cur:
+            cur.execute(self.q["get_job"], {"id": job_id})
+            row = cur.fetchone()
+        return None if row is None else _job(row)
+
+    def list_jobs(self, *, state: str | None = None, queue: str | None = None, task: str | None = None,
+                  limit: int = 50, before: int | None = None) -> list[dict[str, Any]]:
+        with self._conn() as c, c.cursor() as cur:
+            cur.execute(self.q["list_jobs"], {"state": state, "queue": queue, "task": task, "limit": limit,
+                                              "before": before})
+            return [_job(r) for r in cur.fetchall()]
+
+    def counts(self) -> list[tuple[str, str, int]]:
+        with self._conn() as c, c.cursor() as cur:
+            cur.execute(self.q["counts"])
+            return [(r[0], r[1], int(r[2])) for r in cur.fetchall()]
+
+    # ---- workers (worker/presence.py) and the rescuer -----------------------------------------
+
+    def worker_seen(self, worker_id: uuid.UUID, name: str, tasks: Sequence[str], queues: Sequence[str] | None, *,
+                    host: str | None = None, pid: int | None = None, concurrency: int | None = None) -> None:
+        with self._conn() as c, c.cursor() as cur:
+            cur.execute(self.q["forget_stale_workers"], {"id": str(worker_id)})
+            cur.execute(self.q["worker_seen"], {
+                "id": str(worker_id), "name": name, "tasks": json.dumps(list(tasks)),
+                "queues": None if queues is None else json.dumps(list(queues)), "host": host, "pid": pid,
+                "concurrency": concurrency})
+
+    def worker_gone(self, worker_id: uuid.UUID) -> None:
+        with self._conn() as c, c.cursor() as cur:
+            cur.execute(self.q["worker_gone"], {"id": str(worker_id)})
+
+    def live_workers(self, live_seconds: float) -> int:
+        with self._conn() as c, c.cursor() as cur:
+            cur.execute(self.q["live_workers"], {"live_us": int(live_seconds * 1_000_000)})
+            return int(cur.fetchone()[0])
+
+    def rescue_expired(self, batch: int = 1000) -> list[tuple[int, str]]:
+        """Claimed leases that expired: queued again, or failed after their last attempt; [(id, state)]."""
+        out: list[tuple[int, str]] = []
+        with self._transaction() as c, c.cursor() as cur:
+            cur.execute(self.q["expired_leases"], {"batch": batch})
+            for job_id, attempts, max_attempts in cur.fetchall():
+                state = "failed" if attempts >= max_attempts else "queued"
+                cur.execute(self.q["rescue_one"], {"id": job_id, "state": state})
+                if cur.rowcount == 1:
+                    out.append((int(job_id), state))
+                    if state == "failed":
+                        cur.execute(self.q["forget_attempts"], {"id": job_id})
+        return out
