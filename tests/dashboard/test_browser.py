@@ -36,7 +36,7 @@ def chromium() -> str:
     return CHROMIUM
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # not session: a running sync_playwright leaves an event loop running in the main thread, which breaks every later asyncio.run()
 def browser() -> Iterator[object]:
     from playwright.sync_api import sync_playwright
 
