@@ -263,7 +263,7 @@ def test_failures_by_error_class_and_the_oldest_ready_job_per_queue(app, db, dsn
     assert q1.age.total_seconds() >= 3600
     status = cli(dsn, "status")
     assert "Ready to run" in status
-    assert any(cells[:2] == ["q1", "2"] and cells[2].startswith("1h") and "(paused)" in cells[2]
+    assert any(cells[:2] == ["q1", "2"] and cells[2].startswith("1 h") and "(paused)" in cells[2]
                for cells in rows_of(status)), status
 
 
