@@ -70,6 +70,8 @@ DRIVER_BY_DESIGN: dict[str, tuple[str, tuple[str, ...]]] = {
                                            ("skiplock.contrib.django", "skiplock.contrib.django.backend",
                                             "skiplock.contrib.django.runtime",
                                             "skiplock.contrib.django.management.commands.skiplock")),
+    "skiplock.contrib.sqlalchemy": ("SQLAlchemy's postgresql+psycopg connections, the user's: enqueueing on their "
+                                    "driver connection and giving a Session the lease's are the driver's objects", ()),
 }
 
 # Rule 2: what the backend never imports.
