@@ -66,3 +66,17 @@ def django_db(django_dsn: str) -> Iterator[psycopg.Connection]:
     from django.db import connection
 
     connection.close()
+
+
+@pytest.fixture
+def db_on() -> Iterator:
+    """``db_on(dsn)``: an autocommit connection to that database, closed after the test."""
+    opened: list[psycopg.Connection] = []
+
+    def connect(dsn: str) -> psycopg.Connection:
+        opened.append(psycopg.connect(dsn, autocommit=True))
+        return opened[-1]
+
+    yield connect
+    for c in opened:
+        c.close()
