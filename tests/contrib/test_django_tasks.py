@@ -8,7 +8,6 @@ from datetime import timedelta
 
 import pytest
 
-pytest.importorskip("django")
 
 
 def drain(queues=None) -> None:
@@ -221,3 +220,14 @@ def test_a_job_enqueued_by_a_handler_commits_with_it(django_db):
     assert labels == ["after 1"]  # the failed handler's follow-up job was rolled back with it
     assert [(t.rsplit(".", 1)[1], s) for t, _, s in jobs(django_db)] == [
         ("follow_up", "done"), ("follow_up", "failed"), ("record", "done")]
+
+
+def test_a_server_side_cursor_in_a_handler_reads_the_jobs_own_writes(django_db):
+    from django_testapp.models import Order
+    from django_testapp.tasks import iterate
+
+    Order.objects.create(item="before")
+    result = iterate.enqueue()
+    drain()
+    result.refresh()
+    assert result.return_value == ["before", "made in the job"]

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fastapi")
 
 from starlette.testclient import TestClient  # noqa: E402
 

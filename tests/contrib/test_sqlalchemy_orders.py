@@ -8,7 +8,6 @@ import asyncio
 
 import pytest
 
-pytest.importorskip("sqlalchemy")
 
 from psycopg import conninfo  # noqa: E402
 from sqlalchemy import String, create_engine, select  # noqa: E402

@@ -79,3 +79,10 @@ def follow_up(order_id: int, fail: bool = False) -> int:
 @task(takes_context=True)
 def with_context(context, label: str) -> dict:
     return {"attempt": context.attempt, "id": context.task_result.id, "label": label}
+
+
+@task()
+def iterate() -> list:
+    """QuerySet.iterator(): a server-side cursor on the lease connection."""
+    Order.objects.create(item="made in the job")
+    return [o.item for o in Order.objects.order_by("id").iterator(chunk_size=1)]
