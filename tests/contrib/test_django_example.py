@@ -6,20 +6,31 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+import httpx
+
+from support import wait_for
 
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "django"
 
 
-def run(args: list[str], dsn: str, check: bool = True) -> subprocess.CompletedProcess:
+TOKEN = "viewer-token-of-the-django-example"
+
+
+def example_env(dsn: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SKIPLOCK_", "DJANGO_"))}
     env["SKIPLOCK_EXAMPLE_DSN"] = dsn
-    done = subprocess.run([sys.executable, *args], cwd=EXAMPLE, env=env, capture_output=True, text=True, timeout=120)
+    return env
+
+
+def run(args: list[str], dsn: str, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, *args], cwd=EXAMPLE, env=example_env(dsn), capture_output=True, text=True,
+                          timeout=120)
     if check:
         assert done.returncode == 0, done.stdout + done.stderr
     return done
@@ -54,6 +65,30 @@ def test_the_example_project_end_to_end(empty_dsn, db_on):
                run(["try_it.py", f"result:{ok_id}", f"result:{bad_id}"], empty_dsn).stdout.splitlines()]
     assert results[0] == {"status": "SUCCESSFUL", "errors": [], "return_value": {"order": 1, "status": "charged"}}
     assert results[1]["status"] == "FAILED" and results[1]["errors"] == ["builtins.ValueError"] * 2
+
+    # manage.py skiplock dashboard: the same database, closed without its token
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(example_env(empty_dsn), SKIPLOCK_DASHBOARD_TOKEN=TOKEN)
+    proc = subprocess.Popen([sys.executable, "manage.py", "skiplock", "dashboard", "--port", str(port)], cwd=EXAMPLE,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}/api/overview"
+
+        def up():
+            try:
+                return httpx.get(url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=2)
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.stderr.read()
+                return None
+
+        overview = wait_for(up, what="the dashboard to answer")
+        assert overview.status_code == 200 and {"queue": "emails", "state": "done", "count": 1} in overview.json()["counts"]
+        assert httpx.get(url, timeout=2).status_code == 401
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def test_manage_py_skiplock_bad_input_is_one_line_exit_2():
