@@ -231,3 +231,27 @@ def test_a_server_side_cursor_in_a_handler_reads_the_jobs_own_writes(django_db):
     drain()
     result.refresh()
     assert result.return_value == ["before", "made in the job"]
+
+
+def test_args_that_are_not_json_are_refused_before_anything_is_sent(django_db):
+    from django.db import transaction
+
+    from skiplock.errors import InvalidJob
+    from django_testapp.models import Order
+    from django_testapp.tasks import record
+
+    with transaction.atomic():
+        with pytest.raises(InvalidJob):
+            record.enqueue(object())
+        Order.objects.create(item="still usable")  # the transaction was not touched
+    assert jobs(django_db) == []
+    assert django_db.execute("select item from django_orders").fetchall() == [("still usable",)]
+
+
+def test_a_job_that_is_no_django_tasks_has_no_result(django_db):
+    from skiplock.contrib.django import enqueue
+    from skiplock.contrib.django.compat import ResultDoesNotExist, task_backends
+
+    job_id = enqueue("plain_task", {"n": 1})
+    with pytest.raises(ResultDoesNotExist):
+        task_backends["default"].get_result(str(job_id))
