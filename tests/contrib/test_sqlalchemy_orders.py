@@ -166,3 +166,20 @@ def test_under_the_claimed_lease_the_session_commits_with_the_fenced_done_write(
     run_worker(app)
     assert (app.get_job(ok).state, app.get_job(bad).state) == ("done", "failed")
     assert db.execute("select item from orders").fetchall() == [("claimed",)]
+
+
+def test_the_sqlalchemy_example(empty_dsn):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "sqlalchemy" / "orders.py"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_")}
+    env["SKIPLOCK_EXAMPLE_DSN"] = empty_dsn
+    done = subprocess.run([sys.executable, str(example)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["orders"] == [["book", "charged"], ["declined", "new"]]
+    assert out["jobs"] == [["charge", "done", "charged"], ["charge", "failed", None]]
