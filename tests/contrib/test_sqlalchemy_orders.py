@@ -168,6 +168,21 @@ def test_under_the_claimed_lease_the_session_commits_with_the_fenced_done_write(
     assert db.execute("select item from orders").fetchall() == [("claimed",)]
 
 
+def test_an_async_handler_uses_the_same_session(app, engine, db):
+    @app.task("async_write", max_attempts=1)
+    async def async_write(job, fail=False):
+        await asyncio.sleep(0)
+        with sl.session(job, engine=engine) as s:
+            s.add(Order(item="async" if not fail else "async, failed"))
+        if fail:
+            raise ValueError("no")
+
+    app.enqueue("async_write")
+    app.enqueue("async_write", {"fail": True})
+    run_worker(app)
+    assert db.execute("select item from orders").fetchall() == [("async",)]
+
+
 def test_the_sqlalchemy_example(empty_dsn):
     import json
     import os
