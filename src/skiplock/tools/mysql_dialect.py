@@ -12,8 +12,9 @@ PyMySQL connections and SQL, independent of the backend port it checks.
   PostgreSQL counts them);
 - demo: a slot is a server-wide named lock ``GET_LOCK('skiplock-demo-slot-N', 0)`` held by the slot's
   session; the slot's database is recreated (its stale sessions ended first, as PostgreSQL's
-  ``WITH (FORCE)``); the killed worker's jobs are the ``skiplock_job_attempts`` rows naming it, read
-  once its sessions are idle (``COMMAND = 'Sleep'`` in the process list).
+  ``WITH (FORCE)``); the killed worker's jobs are those of the ``skiplock_job_attempts`` rows naming it
+  that are in flight (and of its batches, where the schema has them), read once its sessions are idle
+  (``COMMAND = 'Sleep'`` in the process list).
 
 Identifiers are back-quoted with embedded back-quotes doubled (MySQL's rule), at most 64 characters;
 every value is a bound parameter.
@@ -223,16 +224,41 @@ def dsn_hint(database: str) -> str:
 DONE = "SELECT COUNT(*) FROM skiplock_jobs WHERE state = 'done'"
 
 
+def _has_batches(db: Db) -> bool:
+    """Whether this schema records batches (``skiplock_job_batches``: a later migration)."""
+    return bool(db.one("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
+                       "AND TABLE_NAME = 'skiplock_job_batches'")[0])
+
+
+# A job in flight: its attempt row counts an attempt beyond the committed job row's, which is still
+# queued (a finished job's attempt row may outlive its commit for a moment; it is not in flight).
+_ATTEMPTS_IN_FLIGHT = ("SELECT a.job_id, a.backend_pid FROM skiplock_job_attempts a JOIN skiplock_jobs j "
+                       "ON j.id = a.job_id AND j.state = 'queued' AND a.started > j.attempts WHERE a.worker LIKE %s")
+# A batch in flight: its row, written before the first handler starts, is deleted by the batch's COMMIT.
+_BATCHES_IN_FLIGHT = ("SELECT m.job_id, b.backend_pid FROM skiplock_job_batches b JOIN skiplock_job_batch_jobs m "
+                      "ON m.batch_id = b.id WHERE b.worker LIKE %s")
+
+
+def _in_flight(db: Db, pid: int) -> list[tuple[int, int]]:
+    pattern = f"%:{pid}/%"
+    rows = db.all(_ATTEMPTS_IN_FLIGHT, (pattern,))
+    if _has_batches(db):
+        rows += db.all(_BATCHES_IN_FLIGHT, (pattern,))
+    return [(int(j), int(s)) for j, s in rows if s is not None]
+
+
 def active_sessions(db: Db, pid: int) -> int:
     """How many sessions of worker process ``pid`` holding a job are running a statement."""
-    return int(db.one("SELECT COUNT(*) FROM information_schema.PROCESSLIST p JOIN skiplock_job_attempts a "
-                      "ON a.backend_pid = p.ID WHERE a.worker LIKE %s AND p.COMMAND <> 'Sleep'",
-                      (f"%:{pid}/%",))[0])
+    sessions = sorted({s for _, s in _in_flight(db, pid)})
+    if not sessions:
+        return 0
+    return int(db.one("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID IN %s AND COMMAND <> 'Sleep'",
+                      (sessions,))[0])
 
 
 def jobs_in_flight(db: Db, pid: int) -> list[int]:
-    rows = db.all("SELECT job_id FROM skiplock_job_attempts WHERE worker LIKE %s", (f"%:{pid}/%",))
-    return sorted(int(r[0]) for r in rows)
+    """The jobs worker process ``pid``'s open transactions hold: alone (attempts) or in a batch."""
+    return sorted({j for j, _ in _in_flight(db, pid)})
 
 
 def report_rows(db: Db, in_flight: list[int], victim_pid: int) -> dict[str, Any]:
