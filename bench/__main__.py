@@ -9,6 +9,7 @@
     python -m bench --only sweep         # slots 4..256 and processes 1..8 for 0/1/10 ms jobs (opt-in)
     python -m bench --only load          # pickup latency of 1 ms jobs offered at 50 % of capacity
     python -m bench.soak                 # the 30-minute soak (its own command; --quick: 3 minutes)
+    python -m bench --only mariadb       # MariaDB: drain, 8x8, enqueue vs mariadb-slap (bench/mariadb.py)
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dsn", help="an existing PostgreSQL server (a database per scenario is created on it)")
     p.add_argument("--data-dir", help="embedded server data directory to use and leave running "
                                       "[default: a fresh one in a temporary directory, deleted at the end]")
-    p.add_argument("--only", help=f"comma-separated scenarios: {', '.join(SCENARIOS)}")
+    p.add_argument("--only", help=f"comma-separated scenarios: {', '.join(SCENARIOS)}; or 'mariadb' alone "
+                                  "(a private MariaDB, its own baseline: bench/mariadb.py)")
     p.add_argument("--quick", action="store_true", help="a short smoke run with small sizes")
     p.add_argument("--out", default=str(REPO_ROOT / "bench" / "results" / "latest.json"), help="JSON output path")
     p.add_argument("--drain-concurrency", default="8",
@@ -146,6 +148,11 @@ def print_table(figures: list[Figure], meta: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.only and args.only.strip() == "mariadb":  # its own private server and baseline (bench/mariadb.py)
+        from . import mariadb
+
+        default_out = str(REPO_ROOT / "bench" / "results" / "latest.json")
+        return mariadb.run(args.quick, None if args.out == default_out else Path(args.out))
     names = selected(args.only)
     code = use_revision(args.rev) if args.rev else git_info()
     import importlib
