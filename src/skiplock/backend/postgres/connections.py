@@ -31,7 +31,7 @@ from psycopg import conninfo as pg_conninfo
 from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ...errors import ConnectionLost, DatabaseUnavailable, redact, redact_dsn
+from ...errors import ConfigurationError, ConnectionLost, DatabaseUnavailable, redact, redact_dsn
 from ...reconnect import quiet_driver_noise
 from ..base import Capabilities
 from .errors import connection_lost, one_line, translate
@@ -79,16 +79,40 @@ def with_connect_timeout(dsn: str, seconds: float | None = None) -> dict[str, An
     return {"connect_timeout": CONNECT_TIMEOUT if seconds is None else max(2, math.ceil(seconds))}
 
 
+# The oldest PostgreSQL skiplock runs on (server_version_num). 15 is the oldest server the test suite
+# runs on (tests/pg15_server.py; 18.6 is the newest) and the oldest still supported by the PostgreSQL
+# project (13 and 14 reached end of life in November 2025 and 2026). 14 would also lack nothing but
+# the tests; 13 lacks client_connection_check_interval, which every lease session sets.
+MIN_SERVER_VERSION = 150000
+
+
+def _major(version: int) -> str:
+    return f"{version // 10000}.{version % 10000}" if version >= 100000 else f"{version // 10000}.{version // 100 % 100}"
+
+
+def check_server_version(conn: psycopg.Connection[Any], dsn: str) -> None:
+    """Refuse a server older than MIN_SERVER_VERSION (closing ``conn``) with one line naming the version
+    found and the one needed. Costs no round trip: libpq has the version from the connection's start."""
+    version = int(conn.info.server_version)
+    if version < MIN_SERVER_VERSION:
+        conn.close()
+        raise ConfigurationError(f"PostgreSQL {_major(version)} at {redact_dsn(dsn)} is not supported: skiplock "
+                                 f"needs PostgreSQL {MIN_SERVER_VERSION // 10000} or newer")
+
+
 def connect(dsn: str, timeout: float | None = None, **kwargs: Any) -> psycopg.Connection[Any]:
     """psycopg.connect with a bounded wait (see :func:`with_connect_timeout`) and a clear error
-    naming the server -- never its password (libpq's own message may quote the DSN: it is redacted too)."""
+    naming the server -- never its password (libpq's own message may quote the DSN: it is redacted too).
+    A server older than MIN_SERVER_VERSION is refused (:func:`check_server_version`)."""
     try:
-        return psycopg.connect(dsn, **with_connect_timeout(dsn, timeout), **kwargs)
+        conn = psycopg.connect(dsn, **with_connect_timeout(dsn, timeout), **kwargs)
     except psycopg.ProgrammingError as exc:
         raise DatabaseUnavailable(f"invalid DSN ({redact_dsn(dsn)}): {redact(one_line(exc), dsn)}") from None
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): "
                                   f"{redact(one_line(exc), dsn)}") from None
+    check_server_version(conn, dsn)
+    return conn
 
 
 @dataclass(frozen=True)
