@@ -110,7 +110,7 @@ class PgBouncer:
 
 
 def start(server_dsn: str, mode: str, timeout: float = 30.0) -> PgBouncer:
-    """A PgBouncer in ``mode`` ("transaction" or "session") forwarding to the server of ``server_dsn``
+    """A PgBouncer in ``mode`` ("transaction", "session" or "statement") forwarding to the server of ``server_dsn``
     (a DSN with ``host`` a socket directory or an address, ``port``, ``user`` and ``passfile``)."""
     binary = ensure_installed()
     params = conninfo.conninfo_to_dict(server_dsn)
@@ -162,7 +162,7 @@ server_check_delay = 0
             bouncer.stop()
             raise RuntimeError(f"pgbouncer exited with {process.returncode}: {text}")
         try:
-            with psycopg.connect(bouncer.dsn("postgres"), connect_timeout=5, prepare_threshold=None) as c:
+            with psycopg.connect(bouncer.dsn("postgres"), connect_timeout=5, prepare_threshold=None, autocommit=True) as c:
                 c.execute("SELECT 1")
             return bouncer
         except psycopg.OperationalError:

@@ -151,3 +151,23 @@ def test_idle_workers_are_woken_by_listen_where_it_works_else_they_poll(
         worker.stop()
         runner.join(30)
         app.close()
+
+
+def test_statement_pooling_is_refused_with_one_clear_line(pg_admin_dsn: str, direct_dsn: str) -> None:
+    """Statement pooling forbids multi-statement transactions, which every lease is: refused at the
+    first connection, saying so (a skiplock error, never the driver's)."""
+    import pgbouncer_server
+    from psycopg import conninfo
+
+    from skiplock.errors import ConfigurationError
+
+    bouncer = pgbouncer_server.start(pg_admin_dsn, "statement")
+    app = skiplock.App(bouncer.dsn(str(conninfo.conninfo_to_dict(direct_dsn)["dbname"])))
+    try:
+        with pytest.raises(ConfigurationError) as refused:
+            app.enqueue("t", {})
+        message = str(refused.value)
+        assert "\n" not in message and "statement pooling" in message and "session or transaction" in message, message
+    finally:
+        app.close()
+        bouncer.stop()

@@ -223,7 +223,7 @@ class PostgresConnections:
             with self._pooling_lock:
                 if self._pooling is None:
                     found = detect(lambda: connect(self.dsn, self.connect_timeout, autocommit=True,
-                                                   application_name="skiplock"), self.q["backend_pid"])
+                                                   application_name="skiplock"), self.q["backend_pid"], self.dsn)
                     isolation = None
                     if found.pooled:
                         with connect(self.dsn, self.connect_timeout, autocommit=True, **found.connect_kwargs()) as c:

@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import psycopg
 
-from ...errors import redact_dsn
+from ...errors import ConfigurationError, redact, redact_dsn
 
 log = logging.getLogger("skiplock.pooler")
 
@@ -62,9 +62,10 @@ class Pooling:
         return {"prepare_threshold": None} if self.per_transaction else {}
 
 
-def detect(open_conn: Callable[[], psycopg.Connection[Any]], pid_query: str) -> Pooling:
+def detect(open_conn: Callable[[], psycopg.Connection[Any]], pid_query: str, dsn: str) -> Pooling:
     """The path to the server, found with two short connections (``open_conn()``: autocommit, no
-    ``options``; ``pid_query`` returns ``pg_backend_pid()``). See the module docstring."""
+    ``options``; ``pid_query`` returns ``pg_backend_pid()``). See the module docstring. A pooler that
+    refuses a transaction (statement pooling) is a ConfigurationError: a lease is a transaction."""
     first = open_conn()
     try:
         pid = _one(first, pid_query)
@@ -73,7 +74,13 @@ def detect(open_conn: Callable[[], psycopg.Connection[Any]], pid_query: str) -> 
         second = open_conn()
         try:
             second.autocommit = False
-            other = _one(second, pid_query)  # holds a transaction, so a server session, until the rollback
+            try:
+                other = _one(second, pid_query)  # holds a transaction, so a server session, until the rollback
+            except psycopg.Error as exc:
+                raise ConfigurationError(
+                    f"PostgreSQL ({redact_dsn(dsn)}) is behind a connection pooler that refused a transaction "
+                    f"({redact(' '.join(str(exc).split()), dsn)}): skiplock needs session or transaction pooling "
+                    "(statement pooling cannot hold a lease, which is a transaction)") from None
             again = _one(first, pid_query)
             second.rollback()
         finally:
