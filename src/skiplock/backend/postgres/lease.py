@@ -84,8 +84,9 @@ class PostgresLease(PostgresSession):
         self._pooled = backend.pooling.pooled
         self._xact_start: Any = None  # behind a pooler: the current lease transaction's start
         if self._pooled:  # libpq's pid is the pooler's; the server session's, until begin() reads it again
-            self.session_id = self._run(lambda: int(conn.execute(self.q["backend_pid"]).fetchone()[0]))
+            row = self._run(lambda: conn.execute(self.q["backend_pid"]).fetchone())
             self._run(conn.rollback)
+            self.session_id = int(row[0])
 
     def begin(self) -> None:
         """Directly, nothing to send: psycopg opens the transaction with its first statement (no round
