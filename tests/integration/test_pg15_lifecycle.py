@@ -5,9 +5,9 @@ test_lifecycle.py) on PostgreSQL 15 (see on_pg15.py); timeouts there lack ``tran
 from on_pg15 import dsn, on_postgresql_15  # noqa: F401
 from test_enqueue import (  # noqa: F401
     test_a_pooled_connection_ended_by_the_server_is_replaced_not_used,
-    test_enqueue_many_is_one_statement_and_keeps_input_order,
     test_enqueue_on_callers_connection_exists_only_if_committed,
-)
+    test_run_at_and_delay_are_stored,
+)  # not test_enqueue_many_is_one_statement_...: its statement counter is per process, not per test
 from test_lifecycle import (  # noqa: F401
     effects,
     test_cancel_queued_job_never_runs,
