@@ -65,6 +65,13 @@ DRIVER_BY_DESIGN: dict[str, tuple[str, tuple[str, ...]]] = {
                             "independently of the port it checks", ("skiplock.cli.demo",)),
     "skiplock.tools.scenario": ("a verifier: it replays the seed's raw SQL transcript on two PostgreSQL "
                                 "sessions, literally", ("skiplock.cli.demo",)),
+    "skiplock.contrib.django.connection": ("Django's psycopg 3 connection, the user's: enqueueing on it and binding "
+                                           "it to a handler's lease connection are the driver's objects by nature",
+                                           ("skiplock.contrib.django", "skiplock.contrib.django.backend",
+                                            "skiplock.contrib.django.runtime",
+                                            "skiplock.contrib.django.management.commands.skiplock")),
+    "skiplock.contrib.sqlalchemy": ("SQLAlchemy's postgresql+psycopg connections, the user's: enqueueing on their "
+                                    "driver connection and giving a Session the lease's are the driver's objects", ()),
 }
 
 # Rule 2: what the backend never imports.
