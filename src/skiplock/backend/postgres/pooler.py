@@ -5,13 +5,15 @@ Detection (:func:`detect`, once per backend, at its first connection; no setting
 
 - a pooler answers the connection itself, so the backend pid libpq was given at start-up (PgBouncer's
   own cancel key) is not the server session's ``pg_backend_pid()``: **a pooler**;
-- then a second connection opens a transaction and the first runs another statement: in **session**
-  mode each client keeps its server session (three statements, two sessions); in **transaction** mode
-  the session the first client just released serves the second (PgBouncer reuses the most recently
-  released one), or the first gets another one. If neither shows, the pooler is taken for a session
-  pooler -- LISTEN is then tried through it (NOTIFY is only a hint: idle workers still poll).
+- then a second connection opens a transaction and the first runs a few more statements: in
+  **session** mode each client keeps its server session (the first's statements all on one, the
+  second's on another); in **transaction** mode the session the first client just released serves the
+  second (PgBouncer reuses the most recently released one), or the first's statements move to other
+  sessions. If neither shows, the pooler is taken for a session pooler -- LISTEN is then tried through
+  it (NOTIFY is only a hint: idle workers still poll).
 
-What changes behind any pooler (:class:`Pooling`): the session settings that a direct connection
+What changes behind any pooler (:class:`Pooling`): no prepared statements (``prepare_threshold=None``:
+detection can take a busy transaction pooler for a session pooler, never the reverse); the session settings that a direct connection
 sends in the ``options`` start-up parameter (which a stock PgBouncer refuses) are not sent; instead
 a lease runs at READ COMMITTED by its ``BEGIN`` and sets its bounds (``idle_in_transaction_session_timeout``
 and, on PostgreSQL 17+, ``transaction_timeout`` = ``lease_timeout``) with ``SET LOCAL`` at the start of
@@ -20,8 +22,7 @@ the pooled short operations run at the server's default isolation (a WARNING if 
 COMMITTED); attempt counts commit synchronously; the server-side TCP probes
 (``tcp_keepalives_*``, ``tcp_user_timeout``, ``client_connection_check_interval``) are left to the
 pooler, whose own settings (``tcp_keepalive``, ``idle_transaction_timeout``) cover the client side.
-Behind a **transaction** pooler also: no prepared statements (``prepare_threshold=None``), and no
-LISTEN through it -- notifications would be lost without an error: LISTEN uses ``direct_dsn`` (a
+Behind a **transaction** pooler also no LISTEN through it -- notifications would be lost without an error: LISTEN uses ``direct_dsn`` (a
 DSN of the server itself; ``App(direct_dsn=...)`` / ``SKIPLOCK_DIRECT_DSN``) when given, else waiting
 falls back to polling. One WARNING says what was found and changed.
 """
@@ -39,6 +40,7 @@ from ...errors import ConfigurationError, redact, redact_dsn
 log = logging.getLogger("skiplock.pooler")
 
 DIRECT, SESSION, TRANSACTION = "direct", "session", "transaction"
+PROBES = 4  # statements the first client runs while the second holds a transaction (detect)
 
 
 @dataclass(frozen=True)
@@ -54,12 +56,15 @@ class Pooling:
 
     @property
     def per_transaction(self) -> bool:
-        """A transaction pooler: no prepared statements, no LISTEN through it."""
+        """A transaction pooler: no LISTEN through it."""
         return self.mode == TRANSACTION
 
     def connect_kwargs(self) -> dict[str, Any]:
-        """psycopg connection arguments every skiplock connection through this path needs."""
-        return {"prepare_threshold": None} if self.per_transaction else {}
+        """psycopg connection arguments every skiplock connection through this path needs: behind any
+        pooler, no prepared statements -- a transaction pooler can pass for a session pooler while
+        other clients keep it busy (detect), and a statement prepared on one server session is
+        unknown on the next."""
+        return {"prepare_threshold": None} if self.pooled else {}
 
 
 def detect(open_conn: Callable[[], psycopg.Connection[Any]], pid_query: str, dsn: str) -> Pooling:
@@ -81,11 +86,13 @@ def detect(open_conn: Callable[[], psycopg.Connection[Any]], pid_query: str, dsn
                     f"PostgreSQL ({redact_dsn(dsn)}) is behind a connection pooler that refused a transaction "
                     f"({redact(' '.join(str(exc).split()), dsn)}): skiplock needs session or transaction pooling "
                     "(statement pooling cannot hold a lease, which is a transaction)") from None
-            again = _one(first, pid_query)
+            # a few statements more: on a busy transaction pooler the first client's statements land on
+            # whichever server session is free, rarely the same one every time; in session mode, always
+            again = {_one(first, pid_query) for _ in range(PROBES)}
             second.rollback()
         finally:
             second.close()
-        return Pooling(TRANSACTION if other == pid or again != pid else SESSION)
+        return Pooling(TRANSACTION if other == pid or again != {pid} else SESSION)
     finally:
         first.close()
 
@@ -102,9 +109,8 @@ def report(pooling: Pooling, dsn: str, direct_dsn: str | None, isolation: str | 
         return
     changes = ["session settings sent per lease transaction (SET LOCAL) instead of at connection start",
                "server-side TCP probes and client checks left to the pooler",
-               "attempt counts committed synchronously"]
+               "attempt counts committed synchronously", "no prepared statements"]
     if pooling.per_transaction:
-        changes.append("no prepared statements")
         changes.append("LISTEN on direct_dsn " + (f"({redact_dsn(direct_dsn)})" if direct_dsn else
                        "not set: idle workers, relays and waiters poll instead of being woken by NOTIFY "
                        "(set direct_dsn / SKIPLOCK_DIRECT_DSN to a DSN of the server itself)"))
