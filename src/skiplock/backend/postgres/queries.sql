@@ -440,6 +440,32 @@ INSERT INTO {schema}.schema_version (version) VALUES (%(version)s);
 -- name: set_transaction_timeout
 SELECT set_config('transaction_timeout', %(value)s, false);
 
+-- name: backend_pid
+-- The server session this statement runs on (behind a pooler, not the pid libpq was told: pooler.py).
+SELECT pg_backend_pid();
+
+-- name: default_isolation
+SHOW default_transaction_isolation;
+
+-- name: lease_prologue
+-- Behind a connection pooler (pooler.py), the first statement of every lease transaction: the
+-- lease's bounds for this transaction only (a direct session has them from its start; a transaction
+-- pooler may run each transaction on another server session, and a session-level SET would stay
+-- with that session for the next client), and the server session it runs on with the transaction's
+-- start (now()), which is what pg_stat_activity.xact_start shows: a cancellation or an abort ends
+-- exactly this transaction (`end_lease_transaction`). value NULL: no bounds (the watchdog's).
+SELECT pg_backend_pid(), now(),
+       CASE WHEN %(value)s::text IS NOT NULL
+            THEN set_config('idle_in_transaction_session_timeout', %(value)s, true) END,
+       CASE WHEN %(value)s::text IS NOT NULL AND current_setting('server_version_num')::int >= 170000
+            THEN set_config('transaction_timeout', %(value)s, true) END;
+
+-- name: end_lease_transaction
+-- Ends the server session of one lease transaction behind a pooler -- only while it still runs that
+-- transaction (same pid, same start): a transaction pooler may since have given the session to
+-- another client. Waits up to 5 s until it is gone, as `terminate_backends`.
+SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE pid = %(pid)s AND xact_start = %(xact_start)s;
+
 -- name: enqueue_unique
 -- At most one queued or running job per unique_key (jobs_unique_key_idx). Returns the new job's id
 -- and true, or the existing job's id and false. If the existing job finished between the conflict
