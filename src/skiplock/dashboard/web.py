@@ -23,13 +23,18 @@ from starlette.staticfiles import StaticFiles
 
 from ..errors import JobNotFound
 from ..job import JobState
-from ..readmodel import JobFilter, all_pages
+from ..readmodel import ARGS_WINDOW, BoundedCount, JobFilter
 from .actions import BULK_STATES, Actions
 from .auth import COOKIE, Auth, Identity
 from .filters import ago, dur, filter_from, page_size, parse_time, pretty, ts
 from .middleware import AuthMiddleware, route_path
 
 HERE = resources.files(__package__)
+
+# Counts shown exactly up to this many jobs per queue and state (then estimated: see
+# ReadModel.queue_summary); jobs running counted up to RUNNING_CAP on /api/overview.
+COUNT_CAP = 1000
+RUNNING_CAP = 1000
 
 
 class Dashboard(Actions):
@@ -94,23 +99,23 @@ class Dashboard(Actions):
     # ---- pages -------------------------------------------------------------------------------
 
     def overview_data(self) -> dict[str, Any]:
+        """The overview's figures, each read in bounded time at any table size: the queue summary
+        (counts exact up to ``COUNT_CAP``, then estimated), the last hour's throughput and failures
+        (ranges of jobs_finished_idx)."""
         rm = self.app.read_model
-        counts = rm.counts()
+        summary = rm.queue_summary(cap=COUNT_CAP)
         states = [s.value for s in JobState]
-        queues = sorted({c.queue for c in counts})
-        table = {q: {s: 0 for s in states} for q in queues}
-        totals = {s: 0 for s in states}
-        for c in counts:
-            table[c.queue][c.state] = c.count
-            totals[c.state] += c.count
+        table = {q.queue: q.counts for q in summary}
+        totals = {s: sum((q.counts[s] for q in summary), BoundedCount(0)) for s in states}
         minutes = rm.throughput(timedelta(hours=1))
         done = sum(m.done for m in minutes)
         failed = sum(m.failed for m in minutes)
         peak = max([m.done + m.failed + m.cancelled for m in minutes] or [0])
-        return {"states": states, "queues": queues, "table": table, "totals": totals, "minutes": minutes,
-                "done_hour": done, "failed_hour": failed, "peak": peak,
+        return {"states": states, "queues": [q.queue for q in summary], "table": table, "totals": totals,
+                "minutes": minutes, "done_hour": done, "failed_hour": failed, "peak": peak,
                 "failure_rate": (failed / (done + failed)) if done + failed else None,
-                "ready": rm.oldest_ready(), "failures": rm.failures(since=timedelta(hours=1))[:20]}
+                "ready": [q for q in summary if q.ready.n or q.paused], "cap": COUNT_CAP,
+                "failures": rm.failures(since=timedelta(hours=1))[:20]}
 
     def overview(self, request: Request) -> Response:
         return self.render(request, "overview.html", live="overview_live.html", title="Overview",
@@ -120,17 +125,20 @@ class Dashboard(Actions):
         params = request.query_params
         try:
             flt = filter_from(params)
-            page = self.app.read_model.find_jobs(flt, limit=page_size(params.get("limit")), after=params.get("after"))
+            limit = page_size(params.get("limit"))
+            page = self.app.read_model.find_jobs(flt, limit=limit, after=params.get("after"))
         except ValueError as exc:
             return self.render(request, "jobs.html", status=400, title="Jobs", error=str(exc), flt=JobFilter(),
-                               form=dict(params), rows=[], next_url=None, bulk_states=BULK_STATES)
+                               form=dict(params), rows=[], next_url=None, bulk_states=BULK_STATES,
+                               searched_from=None)
         next_url = None
         if page.cursor is not None:
             query = {k: v for k, v in params.items() if k != "after"}
             query["after"] = page.cursor
             next_url = "?" + urlencode(query)
         return self.render(request, "jobs.html", title="Jobs", flt=flt, form=dict(params), rows=page.items,
-                           next_url=next_url, error=None, bulk_states=BULK_STATES)
+                           next_url=next_url, error=None, bulk_states=BULK_STATES,
+                           searched_from=page.searched_from, limit=limit, window=ARGS_WINDOW)
 
     def job(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
@@ -164,9 +172,8 @@ class Dashboard(Actions):
                            stale_after=stale_after)
 
     def queues(self, request: Request) -> Response:
-        ready = {q.queue: q for q in self.app.read_model.oldest_ready()}
         return self.render(request, "queues.html", live="queues_live.html", title="Queues",
-                           queues=self.app.queues(), ready=ready)
+                           queues=self.app.read_model.queue_summary(cap=COUNT_CAP))
 
     def cron(self, request: Request) -> Response:
         now = datetime.now(timezone.utc)
@@ -189,11 +196,27 @@ class Dashboard(Actions):
     # ---- the JSON API (bearer or session) ----------------------------------------------------
 
     def api_overview(self, request: Request) -> Response:
+        """Per queue: counts per state (``n``; ``exact`` False: more than ``n``, about ``estimate``),
+        ready jobs and the head's wait; and how many jobs run now (at most ``RUNNING_CAP``: more is
+        ``running_more``)."""
         rm = self.app.read_model
-        return JSONResponse({"counts": [c.__dict__ for c in rm.counts()],
-                             "ready": [{"queue": q.queue, "ready": q.ready, "age_seconds": q.age.total_seconds(),
-                                        "paused": q.paused} for q in rm.oldest_ready()],
-                             "running": len(all_pages(rm.running_now, 1000))})
+        summary = rm.queue_summary(cap=COUNT_CAP)
+        running = rm.running_now(limit=RUNNING_CAP)
+
+        def count(c: BoundedCount) -> dict[str, Any]:
+            return {"n": c.n, "exact": c.exact, "estimate": c.estimate}
+
+        return JSONResponse({
+            "queues": [{"queue": q.queue, "paused": q.paused, "counts": {s: count(c) for s, c in q.counts.items()},
+                        "ready": count(q.ready),
+                        "head_age_seconds": None if q.head_age is None else q.head_age.total_seconds()}
+                       for q in summary],
+            # the form of earlier versions: exact counts only (a capped one is left out of it)
+            "counts": [{"queue": q.queue, "state": s, "count": c.n} for q in summary for s, c in q.counts.items()
+                       if c.n and c.exact],
+            "ready": [{"queue": q.queue, "ready": q.ready.n, "age_seconds": q.head_age.total_seconds(),
+                       "paused": q.paused} for q in summary if q.head_age is not None],
+            "running": len(running), "running_more": running.cursor is not None})
 
 
 def build(app: Any, auth: Auth, *, routes: Sequence[Any], redact: Any, poll_seconds: float,

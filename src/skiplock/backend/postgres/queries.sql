@@ -948,8 +948,10 @@ SELECT date_trunc('minute', finished_at) AS minute,
 -- filter is optional (NULL: any). State as the read model shows it: a transaction-lease job in
 -- flight (its row says 'queued', see attempts_in_flight) is 'running', and 'queued' leaves it out.
 -- error_class: as `failure_classes` computes it. since/until: the job's created_at. args: a
--- case-insensitive substring of the args' JSON text. The scan walks the primary key backwards and
--- stops at %(limit)s rows; a filter that matches few rows may read many (statement_timeout bounds it).
+-- case-insensitive substring of the args' JSON text. id_floor: only ids >= it (an args search reads
+-- one window of ids at a time, see `dash_id_floor`; NULL: no floor). The scan walks the primary key
+-- backwards and stops at %(limit)s rows or at id_floor; a filter that matches few rows may read many
+-- (statement_timeout bounds it), but not an args search: at most its window of ids.
 WITH in_flight AS MATERIALIZED (SELECT job_id FROM {schema}.attempts_in_flight)
 SELECT j.id, j.queue, j.task,
        CASE WHEN j.state = 'queued' AND j.id IN (SELECT job_id FROM in_flight) THEN 'running' ELSE j.state END AS state,
@@ -967,9 +969,16 @@ SELECT j.id, j.queue, j.task,
    AND (%(since)s::timestamptz IS NULL OR j.created_at >= %(since)s)
    AND (%(until)s::timestamptz IS NULL OR j.created_at < %(until)s)
    AND (%(args)s::text IS NULL OR strpos(lower(j.args::text), lower(%(args)s)) > 0)
+   AND (%(id_floor)s::bigint IS NULL OR j.id >= %(id_floor)s)
    AND (%(before)s::bigint IS NULL OR j.id < %(before)s)
  ORDER BY j.id DESC
  LIMIT %(limit)s;
+
+-- name: dash_id_floor
+-- Where an args-text search of the ids below %(before)s (NULL: every id) stops: %(window)s ids down,
+-- from the newest id (max(id): one probe of the primary key). No id is skipped: the next window starts
+-- where this one ended (the caller's cursor). Below 1 means the window reaches the first job.
+SELECT coalesce(%(before)s::bigint, (SELECT max(id) + 1 FROM {schema}.jobs), 1) - %(window)s::bigint;
 
 -- name: dash_matching_ids
 -- The ids of the jobs matching the same filter as `dash_find_jobs` (same WHERE), newest first,
@@ -988,6 +997,7 @@ SELECT j.id
    AND (%(since)s::timestamptz IS NULL OR j.created_at >= %(since)s)
    AND (%(until)s::timestamptz IS NULL OR j.created_at < %(until)s)
    AND (%(args)s::text IS NULL OR strpos(lower(j.args::text), lower(%(args)s)) > 0)
+   AND (%(id_floor)s::bigint IS NULL OR j.id >= %(id_floor)s)
    AND (%(before)s::bigint IS NULL OR j.id < %(before)s)
  ORDER BY j.id DESC
  LIMIT %(limit)s;
@@ -1017,3 +1027,86 @@ SELECT id, at, actor, action, target, affected
  WHERE (%(before)s::bigint IS NULL OR id < %(before)s)
  ORDER BY id DESC
  LIMIT %(limit)s;
+
+-- ==== the dashboard's queue summary: bounded at any table size (reads.py `queue_summary`) ======
+-- Exact counts up to a cap, then an estimate; never a scan of every row. At 1,000,000 jobs a
+-- GROUP BY over the table takes hundreds of milliseconds (issue 13's goal is 100 ms per page), so:
+-- * the (state, queue) pairs that have jobs are found by a loose index scan of jobs_state_queue_idx
+--   (one index probe per pair: the next queue after the last one found, for each of the five states);
+-- * each pair is counted by an index-only scan of that index stopped after %(cap)s + 1 + (the jobs in
+--   flight) entries: a count above %(cap)s means "more than %(cap)s" (the caller then estimates it);
+--   at most pairs x (cap + 1 + in flight) index entries are read, whatever the table's size;
+-- * a transaction-lease job in flight (its row says 'queued', see attempts_in_flight) is moved from
+--   'queued' to 'running', as `counts` does. The queued pair's cap includes every job in flight, so
+--   after the move a count is still exact up to %(cap)s, and above it still means "more".
+
+-- name: dash_state_counts
+-- (queue, state, n): n exact when <= %(cap)s, else only "more than %(cap)s" (see above).
+WITH RECURSIVE in_flight AS MATERIALIZED (
+  SELECT f.job_id, j.queue FROM {schema}.attempts_in_flight f JOIN {schema}.jobs j ON j.id = f.job_id),
+pairs(state, queue) AS (
+  SELECT s.state, (SELECT min(j.queue) FROM {schema}.jobs j WHERE j.state = s.state)
+    FROM (VALUES ('queued'), ('running'), ('done'), ('failed'), ('cancelled')) AS s(state)
+  UNION ALL
+  SELECT p.state, (SELECT min(j.queue) FROM {schema}.jobs j WHERE j.state = p.state AND j.queue > p.queue)
+    FROM pairs p WHERE p.queue IS NOT NULL),
+c AS (
+SELECT p.queue, p.state, x.n
+  FROM pairs p,
+       LATERAL (SELECT count(*) AS n
+                  FROM (SELECT FROM {schema}.jobs j WHERE j.state = p.state AND j.queue = p.queue
+                         LIMIT %(cap)s + 1 + (SELECT count(*) FROM in_flight)) capped) x
+ WHERE p.queue IS NOT NULL
+UNION ALL
+SELECT f.queue, m.state, m.n FROM in_flight f, (VALUES ('queued', -1), ('running', 1)) AS m(state, n))
+SELECT queue, state, sum(n)::bigint AS n
+  FROM c
+ GROUP BY queue, state
+HAVING sum(n) > 0
+ ORDER BY queue, state;
+
+-- name: dash_queue_heads
+-- Per queue with queued jobs (the loose index scan of jobs_state_queue_idx, as above) or paused:
+-- how many jobs are ready (due, not in flight), exact up to %(cap)s (a count above it means "more");
+-- the head of the queue -- the ready job a worker claims next, first in the claim's order (priority,
+-- id) on jobs_claim_idx -- its due time and how long it has waited (the queue's latency now: a worker
+-- free to take it would have started it); whether the queue is paused. One index probe per queue
+-- for the head (plus the entries of jobs not yet due or in flight ahead of it, the claim's own cost)
+-- and at most %(cap)s + 1 ready entries for the count; both walk jobs_claim_idx in its order (the
+-- ORDER BY says so: without it the planner may take a sequential scan "until %(cap)s rows match",
+-- which reads the whole table when the queued rows are at its end).
+WITH RECURSIVE in_flight AS MATERIALIZED (SELECT job_id FROM {schema}.attempts_in_flight),
+queued(queue) AS (
+  SELECT (SELECT min(j.queue) FROM {schema}.jobs j WHERE j.state = 'queued')
+  UNION ALL
+  SELECT (SELECT min(j.queue) FROM {schema}.jobs j WHERE j.state = 'queued' AND j.queue > q.queue)
+    FROM queued q WHERE q.queue IS NOT NULL),
+queues AS (SELECT queue FROM queued WHERE queue IS NOT NULL UNION SELECT queue FROM {schema}.paused_queues)
+SELECT q.queue, r.n AS ready, h.run_at AS head_run_at, now() - h.run_at AS head_age,
+       EXISTS (SELECT FROM {schema}.paused_queues p WHERE p.queue = q.queue) AS paused
+  FROM queues q,
+       LATERAL (SELECT count(*) AS n
+                  FROM (SELECT FROM {schema}.jobs j
+                         WHERE j.state = 'queued' AND j.queue = q.queue AND j.run_at <= now()
+                           AND j.id NOT IN (SELECT job_id FROM in_flight)
+                         ORDER BY j.queue, j.priority, j.id
+                         LIMIT %(cap)s + 1) capped) r
+       LEFT JOIN LATERAL (SELECT j.run_at FROM {schema}.jobs j
+                           WHERE j.state = 'queued' AND j.queue = q.queue AND j.run_at <= now()
+                             AND j.id NOT IN (SELECT job_id FROM in_flight)
+                           ORDER BY j.queue, j.priority, j.id
+                           LIMIT 1) h ON true
+ ORDER BY q.queue;
+
+-- name: dash_relation_pages
+-- The jobs table's size in pages (from its file size: exact, no scan), to choose a sample's percent.
+SELECT pg_relation_size(%(table)s::regclass) / current_setting('block_size')::bigint;
+
+-- name: dash_count_sample
+-- An estimate of the jobs per (queue, state): the rows of a sample of %(percent)s %% of the table's
+-- pages (TABLESAMPLE SYSTEM: whole pages, each taken with that probability), scaled up. Reads about
+-- that share of the pages; used only for the pairs whose exact count passed the cap. Jobs in flight
+-- are not moved here (a few among the thousands this estimates).
+SELECT queue, state, round(count(*) * 100.0 / %(percent)s)::bigint AS estimate
+  FROM {schema}.jobs TABLESAMPLE SYSTEM (%(percent)s)
+ GROUP BY queue, state;
