@@ -3,8 +3,8 @@ a token or the session cookie (see auth.py); security headers on every response.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-from urllib.parse import urlencode
+from typing import Any, Mapping, Sequence
+from urllib.parse import urlencode, urlsplit
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -20,12 +20,39 @@ def route_path(scope: Mapping[str, Any]) -> str:
     return path[len(root):] if root and path.startswith(root) else path
 
 
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+def cross_origin(headers: Mapping[str, str], trusted: frozenset[str] = frozenset()) -> str | None:
+    """Why a state-changing request is refused as cross-origin, or None when it is not: its ``Origin``
+    (sent by every current browser on a POST) names another host than the ``Host`` it was sent to
+    (the scheme is not compared: a TLS-terminating proxy makes an https origin reach us as http)
+    and is not one of ``trusted`` (``scheme://host[:port]``, for a proxy that rewrites ``Host``);
+    or, without ``Origin``, ``Sec-Fetch-Site`` says ``cross-site``. A request with neither header
+    (a script: curl, httpx) is not refused here: it still needs its credential and, with a
+    session cookie, the CSRF token."""
+    origin = headers.get("origin")
+    if origin is not None:
+        if origin in trusted:
+            return None
+        netloc = urlsplit(origin).netloc if origin != "null" else ""
+        if not netloc or netloc.lower() != headers.get("host", "").lower():
+            return f"cross-origin request refused (Origin {origin!r} is not this dashboard)"
+        return None
+    if headers.get("sec-fetch-site") == "cross-site":
+        return "cross-origin request refused (Sec-Fetch-Site: cross-site)"
+    return None
+
+
 class AuthMiddleware:
     """Closed by default: every path but the login page and static files needs an identity (see
-    auth.py); without one, 401 for what does not ask for HTML, else a redirect to the login page."""
+    auth.py); without one, 401 for what does not ask for HTML, else a redirect to the login page.
+    Every state-changing request (POST: actions, login, logout) from another origin gets 403 before
+    anything else (:func:`cross_origin`), whatever its credential."""
 
-    def __init__(self, asgi: Any, auth: Auth):
+    def __init__(self, asgi: Any, auth: Auth, trusted_origins: Sequence[str] = ()):
         self.asgi, self.auth = asgi, auth
+        self.trusted_origins = frozenset(o.rstrip("/") for o in trusted_origins)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -33,6 +60,11 @@ class AuthMiddleware:
             return
         path = route_path(scope)
         request = Request(scope)
+        if request.method not in SAFE_METHODS:
+            refused = cross_origin(request.headers, self.trusted_origins)
+            if refused is not None:
+                await JSONResponse({"error": refused}, status_code=403)(scope, receive, send)
+                return
         identity = self.auth.identify(request.headers, request.cookies)
         scope["skiplock.identity"] = identity
         if identity is None and not any(path == p or path.startswith(p) for p in PUBLIC):

@@ -8,6 +8,7 @@ thread pool too. Every action: operator role, CSRF token for a cookie session, t
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import datetime, timedelta, timezone
 from importlib import resources
@@ -66,6 +67,24 @@ class Dashboard(Actions):
             return self.redact(task, dict(args))
         keys = set(self.redact.get(task, ()))
         return {k: ("[redacted]" if k in keys else v) for k, v in args.items()}
+
+    def unredacted_matches(self, rows: list[Any], text: str) -> list[Any]:
+        """Those of ``rows`` (an args-text search's page) whose args *as the job page shows them* --
+        redacted -- contain ``text``: a search must not tell whether a hidden value holds a text (or
+        anyone could read a redacted password a character at a time). The database found the rows
+        on the raw args; each one is checked again here on its redacted args. The page's cursor is
+        the database's, so no row is skipped: a page may only come back shorter."""
+        needle = text.lower()
+        out = []
+        for row in rows:
+            try:
+                job = self.app.get_job(row.id)
+            except JobNotFound:
+                continue  # deleted meanwhile
+            shown = json.dumps(self.redacted_args(job.task, job.args), default=str, ensure_ascii=False)
+            if needle in shown.lower():
+                out.append(row)
+        return out
 
     # ---- login -------------------------------------------------------------------------------
 
@@ -131,12 +150,13 @@ class Dashboard(Actions):
             return self.render(request, "jobs.html", status=400, title="Jobs", error=str(exc), flt=JobFilter(),
                                form=dict(params), rows=[], next_url=None, bulk_states=BULK_STATES,
                                searched_from=None)
+        rows = self.unredacted_matches(page.items, flt.args) if flt.args and self.redact is not None else page.items
         next_url = None
         if page.cursor is not None:
             query = {k: v for k, v in params.items() if k != "after"}
             query["after"] = page.cursor
             next_url = "?" + urlencode(query)
-        return self.render(request, "jobs.html", title="Jobs", flt=flt, form=dict(params), rows=page.items,
+        return self.render(request, "jobs.html", title="Jobs", flt=flt, form=dict(params), rows=rows,
                            next_url=next_url, error=None, bulk_states=BULK_STATES,
                            searched_from=page.searched_from, limit=limit, window=ARGS_WINDOW)
 
@@ -220,7 +240,7 @@ class Dashboard(Actions):
 
 
 def build(app: Any, auth: Auth, *, routes: Sequence[Any], redact: Any, poll_seconds: float,
-          bulk_max: int) -> Starlette:
+          bulk_max: int, trusted_origins: Sequence[str] = ()) -> Starlette:
     if not (isinstance(poll_seconds, (int, float)) and math.isfinite(poll_seconds) and poll_seconds > 0):
         raise ValueError(f"poll_seconds must be a positive number, got {poll_seconds!r}")
     if isinstance(bulk_max, bool) or not isinstance(bulk_max, int) or not 1 <= bulk_max <= 10_000:
@@ -248,4 +268,4 @@ def build(app: Any, auth: Auth, *, routes: Sequence[Any], redact: Any, poll_seco
     ]
     web = Starlette(routes=table)
     web.state.dashboard = d
-    return AuthMiddleware(web, auth)  # type: ignore[return-value]
+    return AuthMiddleware(web, auth, trusted_origins)  # type: ignore[return-value]
