@@ -24,23 +24,33 @@ SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
 def cross_origin(headers: Mapping[str, str], trusted: frozenset[str] = frozenset()) -> str | None:
-    """Why a state-changing request is refused as cross-origin, or None when it is not: its ``Origin``
-    (sent by every current browser on a POST) names another host than the ``Host`` it was sent to
-    (the scheme is not compared: a TLS-terminating proxy makes an https origin reach us as http)
-    and is not one of ``trusted`` (``scheme://host[:port]``, for a proxy that rewrites ``Host``);
-    or, without ``Origin``, ``Sec-Fetch-Site`` says ``cross-site``. A request with neither header
-    (a script: curl, httpx) is not refused here: it still needs its credential and, with a
-    session cookie, the CSRF token."""
+    """Why a state-changing request is refused as cross-origin, or None when it is not.
+
+    - An ``Origin`` naming a host (every current browser sends it on a POST) must name the host the
+      request was sent to (its ``Host``; the scheme is not compared: behind a TLS-terminating proxy an
+      https origin reaches us as http), or be one of ``trusted`` (``scheme://host[:port]``, for a
+      proxy that rewrites ``Host``).
+    - Otherwise (no ``Origin``, or ``Origin: null`` -- what Chromium sends for a form POST from a
+      page served with ``Referrer-Policy: no-referrer``, as ours are) ``Sec-Fetch-Site``, when
+      present, must be ``same-origin`` or ``none`` (another port of the same host is "same-site":
+      refused, as another local user's server could be there). ``Origin: null`` without it is refused.
+    - A request with neither header (a script: curl, httpx) is not refused here: it still needs its
+      credential and, with a session cookie, the CSRF token."""
     origin = headers.get("origin")
-    if origin is not None:
-        if origin in trusted:
+    fetch_site = headers.get("sec-fetch-site")
+    if origin is not None and origin != "null":
+        if origin.rstrip("/") in trusted:
             return None
-        netloc = urlsplit(origin).netloc if origin != "null" else ""
+        netloc = urlsplit(origin).netloc
         if not netloc or netloc.lower() != headers.get("host", "").lower():
             return f"cross-origin request refused (Origin {origin!r} is not this dashboard)"
         return None
-    if headers.get("sec-fetch-site") == "cross-site":
-        return "cross-origin request refused (Sec-Fetch-Site: cross-site)"
+    if fetch_site is not None:
+        if fetch_site in ("same-origin", "none"):
+            return None
+        return f"cross-origin request refused (Sec-Fetch-Site: {fetch_site})"
+    if origin == "null":
+        return "cross-origin request refused (Origin: null, and no Sec-Fetch-Site to tell where it came from)"
     return None
 
 

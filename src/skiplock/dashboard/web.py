@@ -8,8 +8,10 @@ thread pool too. Every action: operator role, CSRF token for a cookie session, t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import time
 from datetime import datetime, timedelta, timezone
 from importlib import resources
 from typing import Any, Sequence
@@ -18,7 +20,8 @@ from urllib.parse import urlencode
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -36,6 +39,8 @@ HERE = resources.files(__package__)
 # ReadModel.queue_summary); jobs running counted up to RUNNING_CAP on /api/overview.
 COUNT_CAP = 1000
 RUNNING_CAP = 1000
+# A live page's event stream ends after this many seconds (the browser reconnects, authenticated again).
+SSE_SECONDS = 300.0
 
 
 class Dashboard(Actions):
@@ -213,6 +218,39 @@ class Dashboard(Actions):
         next_url = "?" + urlencode({"after": page.cursor}) if page.cursor else None
         return self.render(request, "audit.html", title="Audit log", entries=page.items, next_url=next_url)
 
+    # ---- live updates (server-sent events; the pages fall back to polling) -------------------
+
+    LIVE_PAGES = ("overview", "running", "workers", "queues")
+
+    async def events(self, request: Request) -> Response:
+        """``GET /events/{page}``: the live region of one page (overview, running, workers, queues)
+        as a stream of server-sent events -- the fragment's HTML as an ``update`` event whenever it
+        changed, read every ``poll_seconds``, a comment line otherwise (so a dead client is noticed).
+        A stream ends after ``SSE_SECONDS`` (the browser's EventSource reconnects, and the request is
+        authenticated again: an expired session or a changed token ends the updates)."""
+        name = request.path_params["page"]
+        if name not in self.LIVE_PAGES:
+            return JSONResponse({"error": f"no live page {name!r}"}, status_code=404)
+        handler = self.overview if name == "overview" else getattr(self, name)
+        scope = dict(request.scope, query_string=b"fragment=1")
+
+        async def stream() -> Any:
+            last = None
+            ends = time.monotonic() + SSE_SECONDS
+            yield f"retry: {int(self.poll_seconds * 1000)}\n\n"
+            while time.monotonic() < ends and not await request.is_disconnected():
+                response = await run_in_threadpool(handler, Request(scope))
+                html = bytes(response.body).decode()
+                if html != last:
+                    last = html
+                    yield "event: update\n" + "".join(f"data: {line}\n" for line in html.split("\n")) + "\n"
+                else:
+                    yield ": unchanged\n\n"
+                await asyncio.sleep(self.poll_seconds)
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"X-Accel-Buffering": "no"})  # a proxy must not buffer it
+
     # ---- the JSON API (bearer or session) ----------------------------------------------------
 
     def api_overview(self, request: Request) -> Response:
@@ -263,6 +301,7 @@ def build(app: Any, auth: Auth, *, routes: Sequence[Any], redact: Any, poll_seco
         Route("/outbox/redrive", d.redrive, methods=["POST"]),
         Route("/audit", d.audit),
         Route("/api/overview", d.api_overview),
+        Route("/events/{page:str}", d.events),
         Mount("/static", StaticFiles(directory=str(HERE.joinpath("static"))), name="static"),
         *routes,
     ]
