@@ -294,6 +294,17 @@ class Throughput:
 
 
 @dataclass(frozen=True)
+class Latency:
+    """Seconds from a job's due time (``run_at``) to the start of its last attempt, over ``jobs`` jobs
+    finished recently: the queue's latency as the jobs saw it (None: no job in the window)."""
+
+    median: float | None
+    p95: float | None
+    max: float | None
+    jobs: int
+
+
+@dataclass(frozen=True)
 class AuditEntry:
     """One action recorded by the dashboard: who (role and how it authenticated), what, on which
     filter or ids (``target``), how many rows it touched."""
@@ -366,6 +377,15 @@ class JobReads:
     def throughput(self, within: timedelta = timedelta(hours=1)) -> list[Throughput]:
         """Jobs finished per minute over the last ``within`` (minutes with none are absent)."""
         return [Throughput(*r) for r in self.backend.throughput(within.total_seconds())]
+
+    def pickup_latency(self, within: timedelta = timedelta(hours=1)) -> "Latency | None":
+        """How long ready jobs waited for a worker (due -> started, wake-up included), over the jobs
+        finished in the last ``within``; None when the backend cannot tell (no ``pickup_latency``)."""
+        fetch = getattr(self.backend, "pickup_latency", None)
+        if fetch is None:
+            return None
+        median, p95, worst, jobs = fetch(within.total_seconds())
+        return Latency(median, p95, worst, jobs)
 
     def last_fire(self, schedule: str) -> datetime | None:
         """When the periodic schedule ``schedule`` last enqueued a job (its last tick), or None."""
@@ -486,7 +506,7 @@ def all_pages(fetch: Any, limit: int = 1000) -> list[Any]:
 
 
 __all__: Sequence[str] = ("Page", "QueueCount", "BoundedCount", "QueueSummary", "RunningJob", "BatchInFlight", "WorkerInfo", "FailureClass",
-                          "QueueAge", "ReadModel", "all_pages", "JobFilter", "JobRow", "Throughput", "AuditEntry")
+                          "QueueAge", "ReadModel", "all_pages", "JobFilter", "JobRow", "Throughput", "AuditEntry", "Latency")
 
 
 

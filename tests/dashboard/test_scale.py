@@ -140,3 +140,16 @@ def test_summary_statements_never_scan_the_whole_table(db, name):
     db.execute("VACUUM ANALYZE skiplock.jobs")
     plan = "\n".join(r[0] for r in db.execute("EXPLAIN " + Q[name], {"cap": 1000}))
     assert "Seq Scan on jobs" not in plan, plan
+
+
+def test_overview_shows_the_queue_latency_of_the_last_hour(viewer, db):
+    for wait in (1, 2, 3):  # due, then started `wait` seconds later, then finished
+        db.execute("INSERT INTO skiplock.jobs (task, state, run_at, started_at, finished_at)"
+                   " VALUES ('noop', 'done', now() - interval '10 s', now() - interval '10 s' + %s * interval '1 s',"
+                   "         now())", [wait])
+    db.execute("INSERT INTO skiplock.jobs (task, state, run_at, started_at, finished_at) VALUES"
+               " ('noop', 'done', now() - interval '3 h', now() - interval '1 h' - interval '50 min', now() - interval '2 h')")
+    html = viewer.get("/", headers={"Accept": "text/html"}).text
+    assert "3 jobs:\nmedian 2.0 s · p95 2.9 s · worst 3.0 s" in html  # the job finished 2 h ago is not counted
+    job = db.execute("SELECT max(id) FROM skiplock.jobs WHERE finished_at > now() - interval '1 min'").fetchone()[0]
+    assert 'id="last-attempt">' in viewer.get(f"/jobs/{job}", headers={"Accept": "text/html"}).text

@@ -30,7 +30,7 @@ from ..job import JobState
 from ..readmodel import ARGS_WINDOW, BoundedCount, JobFilter
 from .actions import BULK_STATES, Actions
 from .auth import COOKIE, Auth, Identity
-from .filters import ago, dur, filter_from, page_size, parse_time, pretty, ts
+from .filters import ago, dur, filter_from, latency, page_size, parse_time, pretty, ts
 from .middleware import AuthMiddleware, route_path
 
 HERE = resources.files(__package__)
@@ -51,7 +51,7 @@ class Dashboard(Actions):
         self.poll_seconds, self.bulk_max = poll_seconds, bulk_max
         self.env = Environment(loader=FileSystemLoader(str(HERE.joinpath("templates"))),
                                autoescape=select_autoescape(default=True, default_for_string=True))
-        self.env.filters.update(ts=ts, dur=dur, ago=ago, pretty=pretty)
+        self.env.filters.update(ts=ts, dur=dur, ago=ago, pretty=pretty, latency=latency)
 
     # ---- rendering ---------------------------------------------------------------------------
 
@@ -139,7 +139,7 @@ class Dashboard(Actions):
                 "minutes": minutes, "done_hour": done, "failed_hour": failed, "peak": peak,
                 "failure_rate": (failed / (done + failed)) if done + failed else None,
                 "ready": [q for q in summary if q.ready.n or q.paused], "cap": COUNT_CAP,
-                "failures": rm.failures(since=timedelta(hours=1))[:20]}
+                "failures": rm.failures(since=timedelta(hours=1))[:20], "latency": rm.pickup_latency()}
 
     def overview(self, request: Request) -> Response:
         return self.render(request, "overview.html", live="overview_live.html", title="Overview",

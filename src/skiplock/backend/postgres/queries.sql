@@ -943,6 +943,19 @@ SELECT date_trunc('minute', finished_at) AS minute,
  GROUP BY 1
  ORDER BY 1;
 
+-- name: dash_pickup_latency
+-- Queue latency of the jobs finished in the last %(seconds)s seconds: from when each became due
+-- (run_at: enqueued, or its retry's due time) to when its last attempt started (started_at) --
+-- how long a ready job waited for a worker, wake-up included. Median, 95th percentile, worst, and
+-- how many jobs. A range of jobs_finished_idx, as `dash_throughput`: bounded by that window's jobs.
+SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY w),
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY w),
+       max(w), count(w)
+  FROM (SELECT extract(epoch FROM greatest(started_at - run_at, interval '0')) AS w
+          FROM {schema}.jobs
+         WHERE state IN ('done', 'failed', 'cancelled') AND started_at IS NOT NULL
+           AND finished_at >= now() - %(seconds)s::float8 * interval '1 second') l;
+
 -- name: dash_find_jobs
 -- The jobs matching a filter, newest first, keyset on id < %(before)s, at most %(limit)s. Each
 -- filter is optional (NULL: any). State as the read model shows it: a transaction-lease job in

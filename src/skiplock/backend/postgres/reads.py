@@ -98,6 +98,12 @@ class PostgresReads:
         return [(r[0], int(r[1]), int(r[2]), int(r[3])) for r in
                 self._bounded("dash_throughput", {"seconds": float(seconds)})]
 
+    def pickup_latency(self, seconds: float) -> tuple[float | None, float | None, float | None, int]:
+        """(median, p95, max, jobs): seconds from due to started of the jobs finished in the last ``seconds``."""
+        row = self._bounded("dash_pickup_latency", {"seconds": float(seconds)})[0]
+        return (None if row[0] is None else float(row[0]), None if row[1] is None else float(row[1]),
+                None if row[2] is None else float(row[2]), int(row[3]))
+
     def delete_finished_jobs(self, ids: Sequence[int]) -> list[int]:
         """Delete those of ``ids`` that are finished and not locked; returns the ids deleted."""
         return [int(r[0]) for r in self._bounded("dash_delete_finished", {"ids": list(ids)})]
