@@ -27,6 +27,10 @@ def free_port() -> int:
 
 
 def test_without_a_token_one_is_generated_and_printed_as_a_login_url(dsn):
+    import skiplock
+
+    with skiplock.App(dsn) as app:  # one job due in "mail": the sampled gauge of /metrics shows it
+        app.enqueue("send", {}, queue="mail")
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "skiplock", "--quiet", "dashboard", "--port", str(port)],
                             env=env_for(dsn), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
@@ -52,6 +56,11 @@ def test_without_a_token_one_is_generated_and_printed_as_a_login_url(dsn):
             assert c.get(f"http://127.0.0.1:{port}/queues").status_code == 200  # the session cookie
         assert httpx.get(f"http://127.0.0.1:{port}/api/overview",
                          headers={"Authorization": f"Bearer {token}"}).status_code == 200
+        # /metrics is served by default, behind the same token (the sampled queue gauges included)
+        assert httpx.get(f"http://127.0.0.1:{port}/metrics").status_code == 401
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {token}"})
+        assert metrics.status_code == 200, metrics.text
+        assert 'skiplock_queue_ready_jobs{queue="mail"} 1.0' in metrics.text, metrics.text
     finally:
         proc.terminate()
         proc.communicate(timeout=10)
