@@ -153,3 +153,19 @@ def test_overview_shows_the_queue_latency_of_the_last_hour(viewer, db):
     assert "3 jobs:\nmedian 2.0 s · p95 2.9 s · worst 3.0 s" in html  # the job finished 2 h ago is not counted
     job = db.execute("SELECT max(id) FROM skiplock.jobs WHERE finished_at > now() - interval '1 min'").fetchone()[0]
     assert 'id="last-attempt">' in viewer.get(f"/jobs/{job}", headers={"Accept": "text/html"}).text
+
+
+def test_error_class_expression_means_what_the_regular_expression_did(db):
+    """failure_classes, dash_find_jobs and dash_matching_ids compute a job's error class without a
+    regular expression (which cost most of the overview's time); it must classify exactly as
+    ``coalesce(substring(e FROM '^([^:\\n]{1,200}):'), 'other')`` did."""
+    samples = [None, "", "ValueError: bad", "gave up", "gave up: after 5", ":leading colon", "a:b:c",
+               "TimeoutError\nsecond: line", "multi\nline", "x" * 200 + ": long", "x" * 201 + ": too long",
+               "Ünïcode Error: é", "no colon at all", "tab\there: x", "trailing:"]
+    new = Q["failure_classes"].split("SELECT queue, ", 1)[1].split(" AS error_class", 1)[0]
+    rows = db.execute(
+        f"SELECT e, coalesce(substring(e FROM '^([^:\\n]{{1,200}}):'), 'other'), {new.replace('last_error', 'e')}"
+        " FROM unnest(%s::text[]) AS e", [samples]).fetchall()
+    assert [r[1] for r in rows] == [r[2] for r in rows], rows
+    for name in ("dash_find_jobs", "dash_matching_ids"):
+        assert new.replace("last_error", "j.last_error") in Q[name]
