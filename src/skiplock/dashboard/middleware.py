@@ -12,7 +12,9 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from .auth import Auth
 
 
-PUBLIC = ("/login", "/static/")
+# Served without a credential: the login page, the static CSS/JS, and the health endpoints (no job
+# data: observability/health.py).
+PUBLIC = ("/login", "/static/", "/livez", "/readyz")
 
 
 def route_path(scope: Mapping[str, Any]) -> str:

@@ -251,6 +251,14 @@ class Dashboard(Actions):
         return StreamingResponse(stream(), media_type="text/event-stream",
                                  headers={"X-Accel-Buffering": "no"})  # a proxy must not buffer it
 
+    # ---- health (public: no job data; observability/health.py) -------------------------------
+
+    def health(self, request: Request) -> Response:
+        from ..observability.health import respond
+
+        status, body = respond(route_path(request.scope), self.app)
+        return Response(body, status_code=status, media_type="text/plain")
+
     # ---- the JSON API (bearer or session) ----------------------------------------------------
 
     def api_overview(self, request: Request) -> Response:
@@ -302,6 +310,8 @@ def build(app: Any, auth: Auth, *, routes: Sequence[Any], redact: Any, poll_seco
         Route("/audit", d.audit),
         Route("/api/overview", d.api_overview),
         Route("/events/{page:str}", d.events),
+        Route("/livez", d.health),
+        Route("/readyz", d.health),
         Mount("/static", StaticFiles(directory=str(HERE.joinpath("static"))), name="static"),
         *routes,
     ]
