@@ -84,6 +84,50 @@ def test_enqueue_many_jobs_continue_the_batch_span_and_a_failure_is_an_error(app
     assert [s.attributes["skiplock.outcome"] for s in failed] == ["failed"] and "three" in failed[0].status.description
 
 
+def test_async_enqueue_on_an_async_connection_continues_the_trace(app, db, traced):
+    """AsyncApp.enqueue / enqueue_many on the caller's AsyncConnection: the enqueue span, a child of
+    the caller's, and the context kept in the caller's transaction (so nothing if it rolls back)."""
+    import asyncio
+
+    import psycopg
+
+    from skiplock.aio import AsyncApp
+
+    tracer, exporter = traced
+
+    @app.task(name="send")
+    def send(job):
+        pass
+
+    aapp = AsyncApp(app=app)
+
+    async def produce() -> list[int]:
+        async with await psycopg.AsyncConnection.connect(app.dsn) as aconn:
+            with tracer.start_as_current_span("POST /async"):
+                async with aconn.transaction():
+                    one = await aapp.enqueue("send", {}, conn=aconn)
+                    many = await aapp.enqueue_many([("send", {}), ("send", {})], conn=aconn)
+                try:
+                    async with aconn.transaction():
+                        await aapp.enqueue("send", {}, conn=aconn)
+                        raise RuntimeError("roll back")
+                except RuntimeError:
+                    pass
+        return [one, *many]
+
+    ids = asyncio.run(produce())
+    assert traces_left(db) == 3  # the rolled-back enqueue left no carrier
+    app.worker(concurrency=1, handle_signals=False).run(stop_when_empty=True)
+    spans = by_name(exporter)
+    request, = spans["POST /async"]
+    enqueues = spans["skiplock enqueue send"]
+    assert len(enqueues) == 3 and {e.parent.span_id for e in enqueues} == {request.context.span_id}
+    executes = {s.attributes["skiplock.job_id"]: s for s in spans["skiplock execute send"]}
+    assert set(ids) <= set(executes)
+    assert {executes[i].context.trace_id for i in ids} == {request.context.trace_id}
+    assert {executes[i].parent.span_id for i in ids} <= {e.context.span_id for e in enqueues}
+
+
 def test_nothing_is_stored_when_tracing_is_off(app, db):
     app.enqueue("anything")
     app.enqueue_many([("anything", {}) for _ in range(3)])

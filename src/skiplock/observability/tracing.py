@@ -2,8 +2,8 @@
 
 Spans (tracer ``skiplock``):
 
-- ``skiplock enqueue`` (PRODUCER) around ``enqueue``/``enqueue_many``, a child of whatever span is
-  current in the caller (a web request's, say). The trace context (the global propagator's carrier,
+- ``skiplock enqueue`` (PRODUCER) around ``enqueue``/``enqueue_many`` (``AsyncApp``'s too, on an
+  ``AsyncConnection`` as well), a child of whatever span is current in the caller (a web request's, say). The trace context (the global propagator's carrier,
   W3C ``traceparent`` by default) is stored with the jobs (table ``job_traces``, migration 0011): in the
   caller's transaction with ``conn=...``, else just after the enqueue's own commit -- a worker that
   claims the job in between starts a new trace for it.
@@ -68,6 +68,24 @@ class Tracing:
                 propagate.inject(carrier)
                 if store is not None and carrier and ids:
                     store.store(ids, carrier, conn)
+
+            yield keep
+
+    @contextlib.contextmanager
+    def enqueue_async(self, task: str, queue: str, count: int) -> Iterator[Any]:
+        """:meth:`enqueue` for ``AsyncApp`` on an ``AsyncConnection``: yields a coroutine function
+        ``keep(ids, aconn)`` storing the trace context in the caller's transaction. (The span is
+        current in the coroutine's context: OpenTelemetry's context is a contextvar.)"""
+        attributes: dict[str, Any] = {"messaging.system": SYSTEM, "messaging.destination.name": queue,
+                                      "skiplock.task": task, "messaging.batch.message_count": count}
+        with self.tracer.start_as_current_span(f"skiplock enqueue {task}", kind=SpanKind.PRODUCER,
+                                               attributes=attributes):
+            async def keep(ids: Sequence[int], aconn: Any) -> None:
+                store = self.store
+                carrier: dict[str, str] = {}
+                propagate.inject(carrier)
+                if store is not None and carrier and ids and hasattr(store, "store_async"):
+                    await store.store_async(ids, carrier, aconn)
 
             yield keep
 

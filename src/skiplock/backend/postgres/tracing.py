@@ -27,6 +27,10 @@ class PostgresTraceStore:
         with self.backend._conn() as pooled:
             pooled.execute(self.q["store_trace_context"], params)
 
+    async def store_async(self, ids: Sequence[int], carrier: dict[str, str], aconn: Any) -> None:
+        """:meth:`store` in the caller's ``AsyncConnection`` transaction (AsyncApp's enqueue)."""
+        await aconn.execute(self.q["store_trace_context"], {"ids": list(ids), "carrier": json.dumps(carrier)})
+
     def take(self, lease: "Lease", ids: Sequence[int]) -> dict[int, dict[str, str]]:
         """The carriers of the jobs ``lease`` claimed, consumed in its transaction."""
         rows = lease.conn.execute(self.q["take_trace_contexts"], {"ids": list(ids)}).fetchall()
