@@ -169,3 +169,25 @@ def test_error_class_expression_means_what_the_regular_expression_did(db):
     assert [r[1] for r in rows] == [r[2] for r in rows], rows
     for name in ("dash_find_jobs", "dash_matching_ids"):
         assert new.replace("last_error", "j.last_error") in Q[name]
+
+
+def test_the_job_page_shows_how_long_each_failed_attempt_ran(viewer, app):
+    import re
+    import time as _time
+
+    @app.task(name="slow_fail", max_attempts=2, retry=0.01)
+    def slow_fail(job):
+        _time.sleep(0.05)
+        raise ValueError(f"attempt {job.attempt}")
+
+    job_id = app.enqueue("slow_fail", {})
+    from support import wait_for
+
+    def failed() -> bool:
+        app.worker(concurrency=1, handle_signals=False).run(stop_when_empty=True)
+        return app.get_job(job_id).state == "failed"
+
+    wait_for(failed, 30, "both attempts to fail", interval=0.02)
+    html = viewer.get(f"/jobs/{job_id}", headers={"Accept": "text/html"}).text
+    ran = [int(ms) for ms in re.findall(r'class="ran">ran (\d+) ms<', html)]
+    assert len(ran) == 2 and all(ms >= 50 for ms in ran), html  # each slept 50 ms before failing

@@ -180,8 +180,13 @@ class Dashboard(Actions):
         if job.finished_at:
             timeline.append((f"finished: {job.state.value}", job.finished_at, None))
         timeline.sort(key=lambda e: e[1] or datetime.max.replace(tzinfo=timezone.utc))
+        ran = []  # each failed attempt's run time, where its entry says when it started
+        for entry in job.errors:
+            began, ended = parse_time(entry.get("started_at")), parse_time(entry.get("at"))
+            ran.append((ended - began).total_seconds() if began and ended else None)
         return self.render(request, "job.html", title=f"Job {job.id}", job=job,
-                           args=self.redacted_args(job.task, job.args), timeline=timeline)
+                           args=self.redacted_args(job.task, job.args), timeline=timeline,
+                           attempts=list(zip(job.errors, ran)))
 
     def running(self, request: Request) -> Response:
         rm = self.app.read_model

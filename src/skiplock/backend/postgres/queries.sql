@@ -244,12 +244,14 @@ SELECT count(*),
 -- A finished job takes its final attempt count and leaves job_attempts. %(uncount)s (a snooze)
 -- gives the attempt back. Claimed lease: the attempt given is the row's count -- the claim counted
 -- it in jobs.attempts and the fence makes this write its owner's; a snooze passes one less, so it
--- uses up no attempt in either lease mode. Keeps the last 20 errors. Returns the state written, or
--- no row.
+-- uses up no attempt in either lease mode. Keeps the last 20 errors; each entry says its attempt,
+-- when it ended ('at'), when it started ('started_at': the dashboard shows how long it ran), the
+-- error and the worker. Returns the state written, or no row.
 WITH req AS (SELECT reason FROM {schema}.job_cancellations WHERE job_id = %(id)s),
 dec AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM req) THEN 'cancelled' ELSE %(state)s::text END AS state),
 entry AS (SELECT CASE WHEN %(error)s::text IS NOT NULL THEN
                  jsonb_build_array(jsonb_build_object('attempt', %(attempt)s::int, 'at', clock_timestamp(),
+                                                      'started_at', %(started_at)s::timestamptz,
                                                       'error', %(error)s::text, 'worker', %(worker)s::text))
                  END AS errors),
 pend AS MATERIALIZED (SELECT (SELECT pending_errors FROM {schema}.job_attempts WHERE job_id = %(id)s) AS errors),
