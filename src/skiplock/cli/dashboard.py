@@ -21,6 +21,8 @@ from .group import APP_SEARCH, Context, err_console, fail, handle_errors
 EXTRA = "pip install 'skiplock[dashboard]'"
 # Seconds between the samples of the gauges /metrics serves (as a worker's default metrics_interval).
 METRICS_INTERVAL = 15.0
+# On SIGTERM/SIGINT, requests still open after this many seconds (event streams) are ended.
+SHUTDOWN_SECONDS = 3
 
 
 def read_token(path: str, option: str) -> str:
@@ -89,7 +91,9 @@ def dashboard(obj: Context, host: str, port: int, token_file: str | None, operat
         err_console.print(f"skiplock dashboard on {url} ({roles} token configured)", markup=False, soft_wrap=True)
     sys.stderr.flush()
     try:
-        uvicorn.run(asgi, host=host, port=port, log_level="warning", access_log=False)
+        # a live page's event stream stays open for minutes: a stop waits for none longer than this
+        uvicorn.run(asgi, host=host, port=port, log_level="warning", access_log=False,
+                    timeout_graceful_shutdown=SHUTDOWN_SECONDS)
     finally:
         if sampler is not None:
             sampler.stop()
