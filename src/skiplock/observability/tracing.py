@@ -108,7 +108,7 @@ class Tracing:
             return {}
         return store.take(lease, [job.id for job in jobs])
 
-    def start_execute(self, claimed: "ClaimedJob", attempt: int, carrier: dict[str, str] | None) -> tuple[Any, Any]:
+    def start_execute(self, claimed: "ClaimedJob", attempt: int, carrier: dict[str, str] | None) -> tuple[Any, Any, int]:
         """Start the execute span (current until :meth:`end_execute`); returns what ``end_execute`` needs."""
         parent = propagate.extract(carrier) if carrier else None
         span = self.tracer.start_span(
