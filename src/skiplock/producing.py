@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Generator, Iterable, Mapping
 
 from .backend.base import Backend, NewJob
 from .errors import DuplicateJob, InvalidJob
+from .flow import MAX_PARTITION_CHARS
 from .retry import check_delay
 from .values import MAX_QUEUE_CHARS, MAX_TASK_CHARS, MAX_UNIQUE_KEY_CHARS, _encode_compact, check_text, to_json
 
@@ -34,7 +35,8 @@ def _check_int(name: str, value: Any, low: int, high: int) -> int:
 
 # enqueue_many options that _new_jobs' shortcut handles (run_at and delay vary per job: no shortcut)
 _PLAIN_OPTIONS = frozenset({"queue", "priority", "max_attempts"})
-_ITEM_OPTIONS = frozenset({"queue", "priority", "run_at", "delay", "max_attempts", "unique_key", "on_conflict"})
+_ITEM_OPTIONS = frozenset({"queue", "priority", "run_at", "delay", "max_attempts", "unique_key", "on_conflict",
+                           "partition"})
 ON_CONFLICT = ("return", "raise")
 _STR_OR_NONE = (str, type(None))
 _INT_OR_NONE = (int, type(None))
@@ -129,7 +131,7 @@ class Producer:
     # ---- producing ---------------------------------------------------------------------------
 
     def _new_job(self, task: str, args: Any, queue: str | None, priority: int | None, run_at: datetime | None,
-                 delay: float | timedelta | None, max_attempts: int | None) -> NewJob:
+                 delay: float | timedelta | None, max_attempts: int | None, partition: str | None = None) -> NewJob:
         check_text("task", task, MAX_TASK_CHARS)
         registered = self.tasks.get(task)
         if delay is not None:
@@ -147,6 +149,7 @@ class Producer:
             priority=_check_int("priority", priority if priority is not None else (registered.priority if registered else 0), *INT32),
             max_attempts=_check_int("max_attempts", max_attempts if max_attempts is not None else (registered.max_attempts if registered else 5), 1, INT32[1]),
             run_at=_check_run_at(run_at),
+            partition=check_text("partition", partition, MAX_PARTITION_CHARS, optional=True),
         )
 
     def _new_jobs(self, jobs: Iterable[Any]) -> tuple[list[NewJob], dict[int, tuple[str, str]]]:
@@ -193,7 +196,8 @@ class Producer:
                 raise InvalidJob(f"item {i}: unknown options {sorted(unknown)}")
             try:
                 job = self._new_job(item[0], item[1], options.get("queue"), options.get("priority"),
-                                    options.get("run_at"), options.get("delay"), options.get("max_attempts"))
+                                    options.get("run_at"), options.get("delay"), options.get("max_attempts"),
+                                    options.get("partition"))
                 on_conflict = options.get("on_conflict", "return")
                 unique_key = _check_unique(options.get("unique_key"), on_conflict)
             except InvalidJob as exc:

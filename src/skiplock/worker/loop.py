@@ -32,6 +32,7 @@ from ..reconnect import Reconnects, quiet_driver_noise
 from .batching import DEFAULT_BATCH_SIZE, BatchPolicy, ClaimSize
 from .completer import CancelledWhileRunning
 from .executor import Executor
+from .flow import FlowControl
 from .governor import Governor
 from .heartbeat import Heartbeat
 from .listener import Listener
@@ -126,6 +127,8 @@ class Worker:
         self.metrics_interval = metrics_interval  # seconds between samples of the queue gauges (metrics on)
         self.fail_unknown_tasks = bool(fail_unknown_tasks)
         self._claim_tasks: list[str] | None = None  # set by run(): the task names claimed (None: every one)
+        self.flow: FlowControl | None = None  # set by run(): the flow claim (worker/flow.py)
+        self._flow_first: dict[int, bool] = {}  # per slot: which claim goes first next (they alternate)
         self.listen = listen
         self.listener: Listener | None = None
         self._wake_up = threading.Condition()
@@ -155,14 +158,14 @@ class Worker:
             else:
                 self._wake_up.notify(slots)
 
-    def _idle(self, since: int) -> None:
+    def _idle(self, since: int, timeout: float | None = None) -> None:
         """Wait for a wake-up or ``poll_interval`` -- unless one came since ``since`` (the count when
         this slot began the claim that found nothing): a NOTIFY that arrived while the slot was busy
         claiming found nobody waiting, and its job may have committed after the claim's snapshot, so
         the slot claims again at once instead of sleeping through it."""
         with self._wake_up:
             if not self._stopping.is_set() and self._wakes == since:
-                self._wake_up.wait(self.poll_interval)
+                self._wake_up.wait(self.poll_interval if timeout is None else min(self.poll_interval, timeout))
 
     def stop(self, abort: bool = False) -> None:
         """Stop claiming. With ``abort``, also end in-flight jobs: their transactions roll back."""
@@ -192,7 +195,9 @@ class Worker:
         self.app._ready()  # clear error now if the database or schema is not usable
         self._check_connection_budget()
         self._stop_when_empty = stop_when_empty
-        self._claim_tasks = None if self.fail_unknown_tasks else sorted(self.app.tasks)
+        # Flow-controlled tasks (limits in code) are claimed by the flow claim only (worker/flow.py).
+        self.flow = FlowControl(self.app, self.queues, self.fail_unknown_tasks)
+        self._claim_tasks = None if self.fail_unknown_tasks else self.flow.unlimited_tasks
         presence = Presence(self.app.backend, self.name, list(self.app.tasks), self.queues, concurrency=self.concurrency)
         self.services.append(presence)
         quiet_driver_noise()
@@ -286,8 +291,29 @@ class Worker:
     def _claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
                index: int) -> tuple[list[Any], bool]:
         """Claim the next job(s) in a new transaction of ``lease``. Returns them, and whether this slot
-        now holds a batch turn (only while it has a batch of fast jobs to run; see ``batch_slots``)."""
+        now holds a batch turn (only while it has a batch of fast jobs to run; see ``batch_slots``).
+        When flow-controlled jobs may be waiting (worker/flow.py), each slot alternates which claim
+        it tries first, the flow claim (one job) or the plain one, and tries the other if it finds none."""
         executor.gate.wait_open(self._stopping)  # no claim while a suspect runs alone (see gate.py)
+        flow = self.flow
+        if flow is None or not flow.active():
+            return self._plain_claim(lease, size, executor, index)
+        plain = self._claim_tasks is None or bool(self._claim_tasks)
+        first = self._flow_first[index] = not self._flow_first.get(index, False)
+        if first or not plain:
+            claimed = flow.claim(lease, executor.bookkeeping)
+            if claimed or not plain:
+                return claimed, False
+            return self._plain_claim(lease, size, executor, index)
+        claimed, turn = self._plain_claim(lease, size, executor, index)
+        if claimed:
+            return claimed, turn
+        lease.rollback()
+        return flow.claim(lease, executor.bookkeeping), False
+
+    def _plain_claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
+                     index: int) -> tuple[list[Any], bool]:
+        """The plain claim (no flow control): up to ``size`` jobs of the unlimited tasks."""
         limit = size.value
         turn = limit > 1 and size.instant
         if turn:
@@ -370,6 +396,8 @@ class Worker:
                                             (time.perf_counter() - began - run.handler_seconds) / len(run.outcomes))
                                 finally:
                                     self._busy.discard(index)
+                                if claimed[0].slots and not self._stopping.is_set():
+                                    self.wake(every=False, slots=1)  # its slots are free: an idle slot may take them
                         finally:
                             if turn:
                                 self.batching.give_turn(index)
@@ -377,9 +405,10 @@ class Worker:
                         self.governor.release()
                     backoff.reset()
                     if not claimed:
-                        if self._stop_when_empty:
+                        due = self.flow.next_due() if self.flow is not None else None
+                        if self._stop_when_empty and due is None:  # a rate-held job is not "empty"
                             return
-                        self._idle(wakes)
+                        self._idle(wakes, due)
                 except CancelledWhileRunning as cancelled:  # logged by the reporter; a new session, no outage
                     self.stats.count(cancelled.outcome)
                     if lease is not None:
