@@ -63,6 +63,7 @@ class FlowControl:
         self._held: dict[str, float] = {}  # rate-limited key -> monotonic time its next start is due
         self._limited_queues: list[str] = []
         self._read_at = float("-inf")
+        self._waker: int | None = None  # the slot woken when the next held-back start is due
 
     # ---- what to claim ---------------------------------------------------------------------------
 
@@ -82,12 +83,18 @@ class FlowControl:
     def active(self) -> bool:
         return bool(self.limits) or bool(self.limited_queues())
 
-    def next_due(self) -> float | None:
-        """Seconds until the earliest held-back key may start again (None: none held)."""
+    def next_due(self, slot: int | None = None) -> float | None:
+        """Seconds until the earliest held-back key may start again (None: none held) -- for the
+        one slot of this process that last found a key held back (``slot``; any slot if None): the
+        others keep their usual wait, so a due start wakes one slot per process, not all of them."""
         with self._lock:
-            if not self._held:
+            if not self._held or (slot is not None and slot != self._waker):
                 return None
             return max(0.0, min(self._held.values()) - time.monotonic())
+
+    def holding(self) -> bool:
+        """Some key is held back by its rate in this process (its jobs are not "none available")."""
+        return bool(self._held_now())
 
     def _held_now(self) -> list[str]:
         now = time.monotonic()
@@ -96,15 +103,16 @@ class FlowControl:
                 del self._held[key]
             return list(self._held)
 
-    def _hold(self, waits: dict[str, float]) -> None:
+    def _hold(self, waits: dict[str, float], slot: int | None) -> None:
         now = time.monotonic()
         with self._lock:
+            self._waker = slot
             for key, seconds in waits.items():
                 self._held[key] = max(self._held.get(key, 0.0), now + max(seconds, 0.0))
 
     # ---- claiming --------------------------------------------------------------------------------
 
-    def claim(self, lease: "Lease", bookkeeping: "Bookkeeping") -> list[ClaimedJob]:
+    def claim(self, lease: "Lease", bookkeeping: "Bookkeeping", slot: int | None = None) -> list[ClaimedJob]:
         """One flow-controlled job locked in a new transaction of ``lease`` with its slots, its rate
         starts taken -- or [] with no transaction open (nothing available, or all of it held back)."""
         plans: list[tuple[list[str] | None, list[str]]] = []
@@ -114,13 +122,13 @@ class FlowControl:
         if limited_queues and self.unlimited_tasks:
             plans.append((limited_queues, self.unlimited_tasks))
         for queues, tasks in plans:
-            job = self._claim_round(lease, bookkeeping, queues, tasks)
+            job = self._claim_round(lease, bookkeeping, queues, tasks, slot)
             if job is not None:
                 return [job]
         return []
 
     def _claim_round(self, lease: "Lease", bookkeeping: "Bookkeeping", queues: list[str] | None,
-                     tasks: list[str]) -> ClaimedJob | None:
+                     tasks: list[str], slot: int | None) -> ClaimedJob | None:
         backend = self.backend
         held_queues: list[str] = []
         held_tasks: list[str] = []
@@ -154,7 +162,7 @@ class FlowControl:
                 granted, waits = bookkeeping.run(lambda c: backend.take_starts(c, rates))
                 if not granted:
                     lease.rollback()
-                    self._hold(waits)
+                    self._hold(waits, slot)
                     for key in waits:
                         _rule_out(key, held_queues, held_tasks, held_keys)
                     continue

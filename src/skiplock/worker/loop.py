@@ -301,7 +301,7 @@ class Worker:
         plain = self._claim_tasks is None or bool(self._claim_tasks)
         first = self._flow_first[index] = not self._flow_first.get(index, False)
         if first or not plain:
-            claimed = flow.claim(lease, executor.bookkeeping)
+            claimed = flow.claim(lease, executor.bookkeeping, index)
             if claimed or not plain:
                 return claimed, False
             return self._plain_claim(lease, size, executor, index)
@@ -309,7 +309,7 @@ class Worker:
         if claimed:
             return claimed, turn
         lease.rollback()
-        return flow.claim(lease, executor.bookkeeping), False
+        return flow.claim(lease, executor.bookkeeping, index), False
 
     def _plain_claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
                      index: int) -> tuple[list[Any], bool]:
@@ -405,9 +405,10 @@ class Worker:
                         self.governor.release()
                     backoff.reset()
                     if not claimed:
-                        due = self.flow.next_due() if self.flow is not None else None
-                        if self._stop_when_empty and due is None:  # a rate-held job is not "empty"
-                            return
+                        flow = self.flow
+                        if self._stop_when_empty and not (flow is not None and flow.holding()):
+                            return  # (a job held back by its rate is not "none available")
+                        due = flow.next_due(index) if flow is not None else None
                         self._idle(wakes, due)
                 except CancelledWhileRunning as cancelled:  # logged by the reporter; a new session, no outage
                     self.stats.count(cancelled.outcome)
