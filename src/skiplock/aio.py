@@ -157,6 +157,14 @@ class AsyncApp:
         """:meth:`App.retry_failed`."""
         return await asyncio.to_thread(self.app.retry_failed, queue)
 
+    async def set_queue_limits(self, queue: str, *, concurrency: int | None = None, rate: str | None = None) -> None:
+        """:meth:`App.set_queue_limits`."""
+        await asyncio.to_thread(self.app.set_queue_limits, queue, concurrency=concurrency, rate=rate)
+
+    async def queue_limits(self) -> list[dict[str, Any]]:
+        """:meth:`App.queue_limits`."""
+        return await asyncio.to_thread(self.app.queue_limits)
+
     async def pause_queue(self, queue: str, *, force: bool = False) -> None:
         """:meth:`App.pause_queue`."""
         await asyncio.to_thread(self.app.pause_queue, queue, force=force)
