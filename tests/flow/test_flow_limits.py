@@ -55,6 +55,8 @@ def test_limits_hold_across_worker_processes(dsn: str, runs: psycopg.Connection[
     wait_for(lambda: drained(runs), timeout=90, what="every job done",
              on_timeout=lambda: workers[0].output()[-3000:])
     check(runs)
+    # a job held back (its slots taken) was never charged: one attempt each
+    assert runs.execute("SELECT array_agg(DISTINCT attempts) FROM skiplock.jobs").fetchone()[0] == [1]
 
 
 @pytest.mark.parametrize("lease", ["transaction", "claimed"])
