@@ -72,3 +72,5 @@ def test_limits_hold_when_a_worker_is_killed(dsn: str, runs: psycopg.Connection[
     wait_for(lambda: drained(runs), timeout=90, what="every job done after the kill",
              on_timeout=lambda: workers[1].output()[-3000:])
     check(runs)
+    # no slot is left owned by a lease that ended (the rescuer's returned the killed worker's)
+    assert runs.execute("SELECT count(*) FROM skiplock.flow_slots WHERE owner IS NOT NULL").fetchone()[0] == 0

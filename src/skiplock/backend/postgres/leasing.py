@@ -234,6 +234,10 @@ class Leasing(PostgresConnections):
         job.slots = tuple((k.key, k.slot) for k in keys if k.slot is not None)
         return job, keys
 
+    def release_stale_slots(self) -> int:
+        """Free the slots of owners no running job has (the rescuer's pass; see queries.sql)."""
+        return int(self._one("release_stale_slots")[0])
+
     @_on_session
     def ensure_slots(self, conn: psycopg.Connection[Any], keys: Sequence[tuple[str, int]]) -> None:
         """Create the slots (key, 1..limit) that do not exist yet (autocommit: the bookkeeping session)."""

@@ -236,8 +236,11 @@ UPDATE {schema}.jobs
 RETURNING id),
 gone AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM upd)),
 -- claimed lease: the flow-control slots this owner held are free again (see `claim_flow`)
-freed AS (UPDATE {schema}.flow_slots SET owner = NULL
-           WHERE %(owner)s::uuid IS NOT NULL AND owner = %(owner)s::uuid AND EXISTS (SELECT FROM upd))
+freed AS (UPDATE {schema}.flow_slots f SET owner = NULL
+           WHERE (f.key, f.n) IN (SELECT key, n FROM {schema}.flow_slots
+                                   WHERE %(owner)s::uuid IS NOT NULL AND owner = %(owner)s::uuid
+                                     AND EXISTS (SELECT FROM upd)
+                                     FOR UPDATE SKIP LOCKED))
 SELECT count(*),
        (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_waiters w
          WHERE w.job_id IN (SELECT id FROM upd))
@@ -323,8 +326,11 @@ UPDATE {schema}.job_attempts a
                       FOR UPDATE SKIP LOCKED)),
 requests_done AS (DELETE FROM {schema}.job_cancellations WHERE job_id IN (SELECT id FROM upd WHERE state <> 'queued')),
 -- claimed lease: the job is no longer running, so the flow-control slots of its owner are free
-freed AS (UPDATE {schema}.flow_slots SET owner = NULL
-           WHERE %(owner)s::uuid IS NOT NULL AND owner = %(owner)s::uuid AND EXISTS (SELECT FROM upd))
+freed AS (UPDATE {schema}.flow_slots f SET owner = NULL
+           WHERE (f.key, f.n) IN (SELECT key, n FROM {schema}.flow_slots
+                                   WHERE %(owner)s::uuid IS NOT NULL AND owner = %(owner)s::uuid
+                                     AND EXISTS (SELECT FROM upd)
+                                     FOR UPDATE SKIP LOCKED))
 SELECT upd.state,
        (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_waiters w
          WHERE w.job_id IN (SELECT id FROM upd WHERE state <> 'queued'))
@@ -763,8 +769,10 @@ RETURNING j.id, j.state),
 woken AS (SELECT count(pg_notify('skiplock', %(prefix)s || w.job_id)) FROM {schema}.job_waiters w
            WHERE w.job_id IN (SELECT id FROM upd WHERE state = 'failed')),
 -- the flow-control slots the rescued leases held (see `claim_flow`): free again
-freed AS (UPDATE {schema}.flow_slots SET owner = NULL
-           WHERE owner IN (SELECT e.owner FROM expired e JOIN upd ON upd.id = e.id))
+freed AS (UPDATE {schema}.flow_slots f SET owner = NULL
+           WHERE (f.key, f.n) IN (SELECT key, n FROM {schema}.flow_slots
+                                   WHERE owner IN (SELECT e.owner FROM expired e JOIN upd ON upd.id = e.id)
+                                     FOR UPDATE SKIP LOCKED))
 SELECT id, state FROM upd, woken ORDER BY id;
 
 -- name: cancel_running
@@ -779,8 +787,10 @@ UPDATE {schema}.jobs
 RETURNING id),
 requests_done AS (DELETE FROM {schema}.job_cancellations WHERE job_id IN (SELECT id FROM upd)),
 -- the flow-control slots its owner held (see `claim_flow`): free again
-freed AS (UPDATE {schema}.flow_slots SET owner = NULL
-           WHERE owner = (SELECT owner FROM was) AND EXISTS (SELECT FROM upd))
+freed AS (UPDATE {schema}.flow_slots f SET owner = NULL
+           WHERE (f.key, f.n) IN (SELECT key, n FROM {schema}.flow_slots
+                                   WHERE owner = (SELECT owner FROM was) AND EXISTS (SELECT FROM upd)
+                                     FOR UPDATE SKIP LOCKED))
 SELECT id, (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_waiters w
              WHERE w.job_id IN (SELECT id FROM upd))
   FROM upd;
@@ -802,10 +812,12 @@ SELECT id, (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_wa
 --   lasts exactly as long as the job's lease (released by the same COMMIT or rollback, by a killed
 --   session too). Claimed lease: `own_slots` writes the job's owner into its slots in the claim
 --   transaction (one commit with the job's 'running' row); every path out of 'running' (complete,
---   record_outcome, rescue_expired, cancel_running) clears exactly that owner's slots in the same
---   statement. A slot is free when it is neither locked nor owned; `owner IS NULL` is re-checked on
---   the row's newest version when it is locked (READ COMMITTED re-evaluation), so two claims never
---   both take one slot.
+--   record_outcome, rescue_expired, cancel_running) clears that owner's slots in the same statement,
+--   without waiting: a slot row some claim has locked meanwhile (a claim that found it owned only on
+--   re-checking its newest version keeps that lock until its own transaction ends) is skipped, and
+--   `release_stale_slots` (the rescuer's pass) clears it once unlocked. A slot is free when it is
+--   neither locked nor owned; `owner IS NULL` is re-checked on the row's newest version when it is
+--   locked (READ COMMITTED re-evaluation), so two claims never both take one slot.
 -- * held back is not failed: a claim that cannot get every slot (or, after it, every rate start)
 --   rolls its transaction back before any attempt is counted -- the job is untouched.
 -- * no waiting: every lock here is SKIP LOCKED, except the rate rows (`take_starts`), locked only
@@ -863,6 +875,22 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
        ARRAY(SELECT n FROM s ORDER BY key), ARRAY(SELECT have FROM s ORDER BY key),
        ARRAY(SELECT every FROM s ORDER BY key)
   FROM j;
+
+-- name: release_stale_slots
+-- The rescuer's pass: slots still owned by an owner no running job has (its finishing write found the
+-- slot locked, see above). The candidates come from this statement's snapshot; each is re-checked as
+-- it is locked (owner still the one seen: a slot taken again since by a new owner is left alone) and
+-- a locked one is skipped -- it is tried again next pass. Returns how many were freed.
+WITH stale AS MATERIALIZED (
+SELECT f.key, f.n, f.owner FROM {schema}.flow_slots f
+ WHERE f.owner IS NOT NULL AND NOT EXISTS (SELECT FROM {schema}.jobs j WHERE j.owner = f.owner)),
+mine AS (
+SELECT f.key, f.n FROM {schema}.flow_slots f JOIN stale s ON s.key = f.key AND s.n = f.n
+ WHERE f.owner = s.owner
+   FOR UPDATE OF f SKIP LOCKED),
+upd AS (
+UPDATE {schema}.flow_slots f SET owner = NULL FROM mine WHERE f.key = mine.key AND f.n = mine.n RETURNING 1)
+SELECT count(*) FROM upd;
 
 -- name: ensure_slots
 -- The slots (key, 1..limit) of limited keys, created once (autocommit, on the bookkeeping session:
