@@ -157,9 +157,10 @@ class AsyncApp:
         """:meth:`App.retry_failed`."""
         return await asyncio.to_thread(self.app.retry_failed, queue)
 
-    async def set_queue_limits(self, queue: str, *, concurrency: int | None = None, rate: str | None = None) -> None:
+    async def set_queue_limits(self, queue: str, *, concurrency: int | None = None, rate: str | None = None,
+                               fair: bool = False) -> None:
         """:meth:`App.set_queue_limits`."""
-        await asyncio.to_thread(self.app.set_queue_limits, queue, concurrency=concurrency, rate=rate)
+        await asyncio.to_thread(self.app.set_queue_limits, queue, concurrency=concurrency, rate=rate, fair=fair)
 
     async def queue_limits(self) -> list[dict[str, Any]]:
         """:meth:`App.queue_limits`."""

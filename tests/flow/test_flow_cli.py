@@ -50,12 +50,12 @@ def test_limit_changes_a_running_workers_limit_without_restart(dsn: str, runs: p
 def test_limits_are_shown_and_changed_by_option(dsn: str) -> None:
     assert cli(dsn, "limit", "api", "--rate", "100/min").returncode == 0
     out = cli(dsn, "limit", "api", "--concurrency", "4", "--json")
-    assert json.loads(out.stdout) == {"queue": "api", "concurrency": 4, "rate": "100/min"}  # the rate kept
+    assert json.loads(out.stdout) == {"queue": "api", "concurrency": 4, "rate": "100/min", "fair": False}  # rate kept
     listed = json.loads(cli(dsn, "limits", "--json").stdout)["limits"]
     assert [(q["queue"], q["concurrency"], q["rate"], q["rate_count"], q["rate_period"]) for q in listed] == [
         ("api", 4, "100/min", 100, 60.0)]
     queues = json.loads(cli(dsn, "queues", "--json").stdout)["queues"]
-    assert [(q["queue"], q["limits"]) for q in queues] == [("api", {"concurrency": 4, "rate": "100/min"})]
+    assert [(q["queue"], q["limits"]) for q in queues] == [("api", {"concurrency": 4, "rate": "100/min", "fair": False})]
     table = cli(dsn, "queues").stdout
     assert "concurrency 4, 100/min" in table
     assert cli(dsn, "limit", "api", "--rate", "none").returncode == 0
@@ -72,6 +72,7 @@ BAD = [
     (("--rate", "0/min"), "at least 1 start"),
     ((), "nothing to change"),
     (("--clear", "--rate", "1/s"), "not both"),
+    (("--clear", "--fair"), "not both"),
 ]
 
 

@@ -48,7 +48,8 @@ def _limits_text(limits: dict | None) -> str:  # type: ignore[type-arg]
     """A queue's limits in the queues table: "concurrency 5, 100/min" (empty: none)."""
     if not limits:
         return ""
-    parts = [f"concurrency {limits['concurrency']}" if limits["concurrency"] is not None else "", limits["rate"] or ""]
+    parts = [f"concurrency {limits['concurrency']}" if limits["concurrency"] is not None else "", limits["rate"] or "",
+             "fair" if limits.get("fair") else ""]
     return ", ".join(p for p in parts if p)
 
 

@@ -15,7 +15,12 @@ backend/postgres/queries.sql):
    then: an idle slot's wait ends at the earliest such time, see ``next_due``).
 
 So at most N jobs of a key with ``concurrency=N`` hold its slots, and a held-back job is neither
-failed nor charged an attempt. Queue limits are read by every claim (live); which queues have limits
+failed nor charged an attempt.
+
+A fair queue (``queue_limits.fair``) is claimed round-robin across its partitions first
+(``claim_flow_fair``): each process keeps the partition it claimed from last, per queue, and the
+next claim takes the first partition after it (wrapping round); a partition found full or held back
+is stepped over the same way (one index descent, not a scan of its jobs). Queue limits are read by every claim (live); which queues have limits
 is also kept here, refreshed at most every ``REFRESH_SECONDS``, to know which flow claims to run."""
 
 from __future__ import annotations
@@ -62,6 +67,8 @@ class FlowControl:
         self._lock = threading.Lock()
         self._held: dict[str, float] = {}  # rate-limited key -> monotonic time its next start is due
         self._limited_queues: list[str] = []
+        self._fair_queues: list[str] = []
+        self._cursor: dict[str, str | None] = {}  # fair queue -> the partition claimed from last
         self._read_at = float("-inf")
         self._waker: int | None = None  # the slot woken when the next held-back start is due
 
@@ -73,10 +80,10 @@ class FlowControl:
             return []
         now = time.monotonic()
         if now - self._read_at >= REFRESH_SECONDS:
-            rows = self.backend.queue_limits()
-            names = [r[0] for r in rows]
+            rows = [r for r in self.backend.queue_limits() if self.queues is None or r[0] in self.queues]
             with self._lock:
-                self._limited_queues = [q for q in names if self.queues is None or q in self.queues]
+                self._limited_queues = [r[0] for r in rows]
+                self._fair_queues = [r[0] for r in rows if r[5]]
                 self._read_at = now
         return self._limited_queues
 
@@ -119,6 +126,10 @@ class FlowControl:
         if self.limits:
             plans.append((self.queues, self.limited_tasks))
         limited_queues = self.limited_queues()
+        for queue in self._fair_queues:
+            job = self._fair_round(lease, bookkeeping, queue, slot)
+            if job is not None:
+                return [job]
         if limited_queues and self.unlimited_tasks:
             plans.append((limited_queues, self.unlimited_tasks))
         for queues, tasks in plans:
@@ -145,7 +156,7 @@ class FlowControl:
             if got is None:
                 lease.rollback()
                 return None
-            job, keys = got
+            job, keys, _ = got
             missing = [(k.key, k.limit) for k in keys if k.limit is not None and (k.slots_existing or 0) < k.limit]
             full = [k.key for k in keys if k.limit is not None and k.slot is None]
             if missing or full:
@@ -166,6 +177,64 @@ class FlowControl:
                     for key in waits:
                         _rule_out(key, held_queues, held_tasks, held_keys)
                     continue
+            return job
+        return None
+
+
+    def _fair_round(self, lease: "Lease", bookkeeping: "Bookkeeping", queue: str, slot: int | None) -> ClaimedJob | None:
+        """One fair claim of ``queue``: the first available job of the first partition after this
+        process's cursor, wrapping round once; a partition short of a slot or a start is stepped over."""
+        backend = self.backend
+        tasks = sorted(self.app.tasks)
+        held_queues: list[str] = []
+        held_tasks: list[str] = []
+        held_keys: list[str] = []
+        for key in self._held_now():
+            _rule_out(key, held_queues, held_tasks, held_keys)
+        if queue in held_queues:
+            return None
+        after = self._cursor.get(queue)
+        wrapped = after is None
+        queue_key = json.dumps(["queue", queue])
+        for _ in range(MAX_TRIES):
+            lease.begin()
+            try:
+                got = backend.claim_flow(lease, None, tasks, self.limits, held_queues, held_tasks, held_keys,
+                                         fair_queue=queue, after=after)
+            except BaseException:
+                lease.rollback()
+                raise
+            if got is None:
+                lease.rollback()
+                if wrapped:
+                    return None
+                after, wrapped = None, True
+                continue
+            job, keys, partition = got
+            missing = [(k.key, k.limit) for k in keys if k.limit is not None and (k.slots_existing or 0) < k.limit]
+            full = [k.key for k in keys if k.limit is not None and k.slot is None]
+            if missing:
+                lease.rollback()
+                bookkeeping.run(lambda c: backend.ensure_slots(c, missing))
+                continue
+            refused: list[str] = full
+            if not full:
+                rates = [(k.key, k.every) for k in keys if k.every is not None]
+                if rates:
+                    granted, waits = bookkeeping.run(lambda c: backend.take_starts(c, rates))
+                    if not granted:
+                        self._hold(waits, slot)
+                        refused = list(waits)
+            if refused:
+                lease.rollback()
+                if queue_key in refused:
+                    return None  # the whole queue is at its limit
+                for key in refused:
+                    if json.loads(key)[0] == "task" and len(json.loads(key)) == 2:
+                        held_tasks.append(json.loads(key)[1])
+                after = partition  # step over this partition
+                continue
+            self._cursor[queue] = partition
             return job
         return None
 

@@ -218,11 +218,15 @@ class Leasing(PostgresConnections):
     @_on_session
     def claim_flow(self, conn: psycopg.Connection[Any], queues: Sequence[str] | None, tasks: Sequence[str],
                    limits: Sequence[TaskLimits], held_queues: Sequence[str] = (), held_tasks: Sequence[str] = (),
-                   held: Sequence[str] = ()) -> tuple[ClaimedJob, list[FlowKey]] | None:
+                   held: Sequence[str] = (), fair_queue: str | None = None,
+                   after: str | None = None) -> tuple[ClaimedJob, list[FlowKey], str | None] | None:
         """In the lease transaction: lock the first available flow-controlled job and one free slot
-        of each of its concurrency keys. Returns the job (``slots``: those taken) and its keys, or
-        None. The caller must roll back unless every key with a limit got a slot."""
-        row = conn.execute(self.q["claim_flow"], {
+        of each of its concurrency keys -- with ``fair_queue``, round-robin across that queue's
+        partitions: the first partition after ``after`` (``claim_flow_fair``). Returns the job
+        (``slots``: those taken), its keys and its partition, or None. The caller must roll back
+        unless every key with a limit got a slot."""
+        row = conn.execute(self.q["claim_flow" if fair_queue is None else "claim_flow_fair"], {
+            "queue": fair_queue, "after": after,
             "queues": None if queues is None else list(queues), "tasks": list(tasks),
             "lt_tasks": [t.task for t in limits], "lt_concurrency": [t.concurrency for t in limits],
             "lt_partition_by": [t.partition_by for t in limits], "lt_every": [t.every for t in limits],
@@ -232,7 +236,7 @@ class Leasing(PostgresConnections):
         keys = [FlowKey(*k) for k in zip(row[10], row[11], row[12], row[13], row[14])]
         job = ClaimedJob(*row[:10])
         job.slots = tuple((k.key, k.slot) for k in keys if k.slot is not None)
-        return job, keys
+        return job, keys, row[15]
 
     def release_stale_slots(self) -> int:
         """Free the slots of owners no running job has (the rescuer's pass; see queries.sql)."""

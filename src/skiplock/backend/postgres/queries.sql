@@ -873,8 +873,62 @@ SELECT k.key, k.lim, k.every,
 SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at,
        ARRAY(SELECT key FROM s ORDER BY key), ARRAY(SELECT lim FROM s ORDER BY key),
        ARRAY(SELECT n FROM s ORDER BY key), ARRAY(SELECT have FROM s ORDER BY key),
-       ARRAY(SELECT every FROM s ORDER BY key)
+       ARRAY(SELECT every FROM s ORDER BY key), j.partition
   FROM j;
+
+-- name: claim_flow_fair
+-- `claim_flow` for one fair queue (queue_limits.fair), round-robin across its partitions: the first
+-- available job, in (priority, id) order, of the first partition after %(after)s (the partition
+-- this worker process claimed from last; NULL: from the first) -- one descent of jobs_fair_idx
+-- per claim, whatever the number of partitions or of their waiting jobs (a partition whose jobs are
+-- all locked is stepped over on the index). The caller wraps round (NULL) when nothing comes after,
+-- so a lone partition still gets every claim (work-conserving), and falls back to `claim_flow` for
+-- the queue's jobs with no partition. Priorities hold within a partition, not across them. The keys,
+-- slots and the result are `claim_flow`'s.
+WITH lt AS MATERIALIZED (
+SELECT * FROM unnest(%(lt_tasks)s::text[], %(lt_concurrency)s::int[], %(lt_partition_by)s::text[],
+                     %(lt_every)s::float8[]) AS lt(task, concurrency, partition_by, every)),
+ql AS MATERIALIZED (
+SELECT queue, concurrency, rate_period / rate_count AS every FROM {schema}.queue_limits),
+j AS MATERIALIZED (
+SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at,
+       now() AS claimed_at, j.partition
+  FROM {schema}.jobs j
+ WHERE j.state = 'queued' AND j.queue = %(queue)s AND j.partition IS NOT NULL
+   AND (%(after)s::text IS NULL OR j.partition > %(after)s)
+   AND j.run_at <= now() AND j.task = ANY(%(tasks)s::text[]) AND j.task <> ALL(%(held_tasks)s::text[])
+   AND NOT EXISTS (SELECT FROM {schema}.paused_queues p WHERE p.queue = %(queue)s)
+   AND (cardinality(%(held)s::text[]) = 0
+        OR jsonb_build_array('task', j.task, coalesce(j.partition,
+             j.args ->> (SELECT lt.partition_by FROM lt WHERE lt.task = j.task), ''))::text <> ALL(%(held)s::text[]))
+ ORDER BY j.partition, j.priority, j.id
+ LIMIT 1
+   FOR UPDATE OF j SKIP LOCKED),
+k AS MATERIALIZED (
+SELECT x.key, x.lim, x.every
+  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue,
+       LATERAL (VALUES
+         (CASE WHEN j.partition IS NULL AND lt.partition_by IS NULL THEN jsonb_build_array('task', j.task)
+               ELSE jsonb_build_array('task', j.task, coalesce(j.partition, j.args ->> lt.partition_by, '')) END::text,
+          lt.concurrency, lt.every),
+         (jsonb_build_array('queue', j.queue)::text, ql.concurrency, ql.every)) AS x(key, lim, every)
+ WHERE x.lim IS NOT NULL OR x.every IS NOT NULL),
+s AS MATERIALIZED (
+SELECT k.key, k.lim, k.every,
+       CASE WHEN k.lim IS NOT NULL THEN
+         (SELECT f.n FROM {schema}.flow_slots f
+           WHERE f.key = k.key AND f.n <= k.lim AND f.owner IS NULL
+           ORDER BY f.n LIMIT 1
+             FOR UPDATE SKIP LOCKED) END AS n,
+       CASE WHEN k.lim IS NOT NULL THEN
+         (SELECT count(*) FROM {schema}.flow_slots f WHERE f.key = k.key AND f.n <= k.lim) END AS have
+  FROM k)
+SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at,
+       ARRAY(SELECT key FROM s ORDER BY key), ARRAY(SELECT lim FROM s ORDER BY key),
+       ARRAY(SELECT n FROM s ORDER BY key), ARRAY(SELECT have FROM s ORDER BY key),
+       ARRAY(SELECT every FROM s ORDER BY key), j.partition
+  FROM j;
+
 
 -- name: release_stale_slots
 -- The rescuer's pass: slots still owned by an owner no running job has (its finishing write found the
@@ -940,17 +994,17 @@ SELECT ok.granted, (SELECT count(*) FROM cur) = cardinality(%(keys)s::text[]),
 -- name: set_queue_limit
 -- Per-queue limits (`skiplock limit`; the caller deletes the row instead when no limit is left, so
 -- the plain claims take the queue again). Running workers read the new row at their next claim.
-INSERT INTO {schema}.queue_limits AS l (queue, concurrency, rate_count, rate_period)
-VALUES (%(queue)s, %(concurrency)s, %(rate_count)s, %(rate_period)s)
+INSERT INTO {schema}.queue_limits AS l (queue, concurrency, rate_count, rate_period, fair)
+VALUES (%(queue)s, %(concurrency)s, %(rate_count)s, %(rate_period)s, %(fair)s)
 ON CONFLICT (queue) DO UPDATE
    SET concurrency = EXCLUDED.concurrency, rate_count = EXCLUDED.rate_count, rate_period = EXCLUDED.rate_period,
-       updated_at = now();
+       fair = EXCLUDED.fair, updated_at = now();
 
 -- name: clear_queue_limit
 DELETE FROM {schema}.queue_limits WHERE queue = %(queue)s RETURNING queue;
 
 -- name: queue_limits
-SELECT queue, concurrency, rate_count, rate_period, updated_at FROM {schema}.queue_limits ORDER BY queue;
+SELECT queue, concurrency, rate_count, rate_period, updated_at, fair FROM {schema}.queue_limits ORDER BY queue;
 
 -- name: worker_seen
 -- A worker says it is alive, with what it can take: inserted at start, last_seen refreshed every few

@@ -10,11 +10,13 @@ ALTER TABLE {schema}.jobs ADD COLUMN partition text;
 -- flow-controlled job reads this table, so running workers honour a change at their next claim.
 -- concurrency: at most this many jobs of the queue run at once across every worker; rate: at most
 -- rate_count starts per rate_period seconds (a smooth schedule: see `take_starts`). NULL: no limit.
+-- fair: claims go round-robin across the queue's partitions (`claim_flow_fair`).
 CREATE TABLE {schema}.queue_limits (
     queue       text        PRIMARY KEY,
     concurrency integer     CHECK (concurrency >= 1),
     rate_count  integer     CHECK (rate_count >= 1),
     rate_period float8      CHECK (rate_period > 0),
+    fair        boolean     NOT NULL DEFAULT false,
     updated_at  timestamptz NOT NULL DEFAULT now(),
     CHECK ((rate_count IS NULL) = (rate_period IS NULL))
 );
@@ -43,6 +45,11 @@ CREATE TABLE {schema}.flow_rates (
     key text        PRIMARY KEY,
     tat timestamptz NOT NULL
 );
+
+-- Fair queues: the queued jobs of each partition in (priority, id) order, partitions in order, so
+-- the fair claim steps from one partition to the next in one index descent (`claim_flow_fair`).
+CREATE INDEX jobs_fair_idx ON {schema}.jobs (queue, partition, priority, id)
+    WHERE state = 'queued' AND partition IS NOT NULL;
 
 -- A claimed-lease job's owner, for the slot test above (only running jobs have one).
 CREATE INDEX jobs_owner_idx ON {schema}.jobs (owner) WHERE owner IS NOT NULL;
