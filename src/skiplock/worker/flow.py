@@ -147,6 +147,13 @@ class FlowControl:
         for key in self._held_now():
             _rule_out(key, held_queues, held_tasks, held_keys)
         for _ in range(MAX_TRIES):
+            # A queue or task held back leaves the lists the scan walks (index conditions), so a full
+            # one costs the next try nothing; only a worker serving every queue filters them per row.
+            tasks = [t for t in tasks if t not in held_tasks]
+            if queues is not None:
+                queues = [q for q in queues if q not in held_queues]
+            if not tasks or queues == []:
+                return None
             lease.begin()
             try:
                 got = backend.claim_flow(lease, queues, tasks, self.limits, held_queues, held_tasks, held_keys)

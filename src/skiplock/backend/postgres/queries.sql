@@ -843,8 +843,10 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
  WHERE j.state = 'queued' AND j.run_at <= now() AND j.task = ANY(%(tasks)s::text[])
    AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
    AND j.queue <> ALL(%(held_queues)s::text[]) AND j.task <> ALL(%(held_tasks)s::text[])
-   AND (j.task = ANY(%(lt_tasks)s::text[]) OR j.queue IN (SELECT queue FROM ql))
-   AND NOT EXISTS (SELECT FROM {schema}.paused_queues p WHERE p.queue = j.queue)
+   AND (j.task = ANY(%(lt_tasks)s::text[]) OR j.queue = ANY(ARRAY(SELECT queue FROM ql)))
+   -- paused queues, as the plain claims test them (once per claim, not a join per row)
+   AND (NOT EXISTS (SELECT FROM {schema}.paused_queues)
+        OR j.queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues)))
    AND (cardinality(%(held)s::text[]) = 0
         OR jsonb_build_array('task', j.task, coalesce(j.partition,
              j.args ->> (SELECT lt.partition_by FROM lt WHERE lt.task = j.task), ''))::text <> ALL(%(held)s::text[]))
