@@ -8,6 +8,7 @@
     python -m bench --only outage --outages 5,17   # outage recovery without the 60 s outage
     python -m bench --only sweep         # slots 4..256 and processes 1..8 for 0/1/10 ms jobs (opt-in)
     python -m bench --only load          # pickup latency of 1 ms jobs offered at 50 % of capacity
+    python -m bench --only flow          # flow control's claims as a ratio to the unlimited drain
     python -m bench.soak                 # the 30-minute soak (its own command; --quick: 3 minutes)
 """
 
@@ -34,11 +35,11 @@ from .common import (FULL, QUICK, REPO_ROOT, Context, Figure, MachineLoad, Serve
 
 # Scenario modules import skiplock, so they are loaded only after --rev has chosen which one.
 SCENARIOS = ["baseline", "drain", "many_workers", "backlog", "enqueue", "latency", "load", "outbox_relay", "outage",
-             "sweep"]
+             "sweep", "flow"]
 # Run only when asked for (--only): the slot/process sweep takes several minutes on its own.
-OPT_IN = {"sweep"}
+OPT_IN = {"sweep", "flow"}  # flow: flow control's claims (bench/flow.py), asked for with --only flow
 # what each scenario's ratios are measured against
-NEEDS = {"drain": ["baseline"], "many_workers": ["baseline", "drain"], "backlog": ["baseline"]}
+NEEDS = {"drain": ["baseline"], "many_workers": ["baseline", "drain"], "backlog": ["baseline"], "flow": ["drain"]}
 
 console = Console(highlight=False)
 if not console.is_terminal:

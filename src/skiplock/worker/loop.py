@@ -47,6 +47,9 @@ log = logging.getLogger("skiplock.worker")
 
 # Connections a starting worker leaves free for everyone else (producers enqueueing, tools).
 CONNECTION_HEADROOM = 2
+# After a flow claim found nothing, a slot whose plain claims find work tries it first again only
+# after this long (an empty plain claim tries it at once).
+FLOW_REST_SECONDS = 0.05
 # How long a stopping worker waits for its hooks to be handed the events emitted so far.
 HOOKS_DRAIN_SECONDS = 5.0
 
@@ -129,6 +132,7 @@ class Worker:
         self._claim_tasks: list[str] | None = None  # set by run(): the task names claimed (None: every one)
         self.flow: FlowControl | None = None  # set by run(): the flow claim (worker/flow.py)
         self._flow_first: dict[int, bool] = {}  # per slot: which claim goes first next (they alternate)
+        self._flow_rest: dict[int, float] = {}  # per slot: no flow claim first before this (it found none)
         self.listen = listen
         self.listener: Listener | None = None
         self._wake_up = threading.Condition()
@@ -300,16 +304,29 @@ class Worker:
             return self._plain_claim(lease, size, executor, index)
         plain = self._claim_tasks is None or bool(self._claim_tasks)
         first = self._flow_first[index] = not self._flow_first.get(index, False)
-        if first or not plain:
-            claimed = flow.claim(lease, executor.bookkeeping, index)
+        now = time.monotonic()
+        if not plain or (first and now >= self._flow_rest.get(index, 0.0)):
+            claimed = self._flow_claim(flow, lease, executor, index)
             if claimed or not plain:
                 return claimed, False
+            # none: this slot's next claims are plain ones for a moment (while they find work, a flow
+            # claim that finds nothing would double their round trips); an empty plain claim still
+            # tries the flow claim at once (below)
+            self._flow_rest[index] = now + FLOW_REST_SECONDS
             return self._plain_claim(lease, size, executor, index)
         claimed, turn = self._plain_claim(lease, size, executor, index)
         if claimed:
             return claimed, turn
         lease.rollback()
-        return flow.claim(lease, executor.bookkeeping, index), False
+        return self._flow_claim(flow, lease, executor, index), False
+
+    def _flow_claim(self, flow: FlowControl, lease: "Lease", executor: Executor, index: int) -> list[Any]:
+        """One flow-controlled job (worker/flow.py). A claim of one job is always "full": there may be
+        more, so two idle slots are woken to look too, as after a full plain claim."""
+        claimed = flow.claim(lease, executor.bookkeeping, index)
+        if claimed:
+            self.wake(every=False, slots=2)
+        return claimed
 
     def _plain_claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
                      index: int) -> tuple[list[Any], bool]:
