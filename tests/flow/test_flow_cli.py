@@ -14,7 +14,7 @@ from support import run_cli, wait_for
 import skiplock
 
 HERE = Path(__file__).resolve().parent
-JOBS = 30
+JOBS, FIRST = 24, 8
 
 OVERLAP = """
 SELECT coalesce(max(n), 0) FROM (
@@ -33,15 +33,16 @@ def done(db: psycopg.Connection[Any]) -> int:
 def test_limit_changes_a_running_workers_limit_without_restart(dsn: str, runs: psycopg.Connection[Any],
                                                                spawn: Any) -> None:
     assert cli(dsn, "limit", "flow", "--concurrency", "1").returncode == 0
-    with skiplock.App(dsn) as producer:
-        producer.enqueue_many([("plain", {"n": i}, {"queue": "flow"}) for i in range(JOBS)])
     for _ in range(2):
-        spawn.worker(dsn, concurrency=3, env={"FLOW_SECONDS": "0.2"})
-    wait_for(lambda: done(runs) >= 8, timeout=60, what="8 jobs done at concurrency 1")
-    assert runs.execute(OVERLAP, {"since": None}).fetchone()[0] == 1  # 6 slots, one job at a time
-    changed = cli(dsn, "limit", "flow", "--concurrency", "3")
-    assert changed.returncode == 0, changed.stderr
-    since = runs.execute("SELECT clock_timestamp()").fetchone()[0]
+        spawn.worker(dsn, concurrency=3, env={"FLOW_SECONDS": "0.1"})
+    with skiplock.App(dsn) as producer:
+        producer.enqueue_many([("plain", {"n": i}, {"queue": "flow"}) for i in range(FIRST)])
+        wait_for(lambda: done(runs) == FIRST, timeout=60, what="the first jobs done at concurrency 1")
+        assert runs.execute(OVERLAP, {"since": None}).fetchone()[0] == 1  # 6 slots, one job at a time
+        changed = cli(dsn, "limit", "flow", "--concurrency", "3")  # the same workers run on
+        assert changed.returncode == 0, changed.stderr
+        since = runs.execute("SELECT clock_timestamp()").fetchone()[0]
+        producer.enqueue_many([("plain", {"n": i}, {"queue": "flow"}) for i in range(FIRST, JOBS)])
     wait_for(lambda: done(runs) == JOBS, timeout=60, what="every job done")
     assert 2 <= runs.execute(OVERLAP, {"since": since}).fetchone()[0] <= 3  # the new limit, honoured live
     assert runs.execute("SELECT count(DISTINCT job_id) FROM flow_runs").fetchone()[0] == JOBS
