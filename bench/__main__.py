@@ -9,6 +9,7 @@
     python -m bench --only sweep         # slots 4..256 and processes 1..8 for 0/1/10 ms jobs (opt-in)
     python -m bench --only load          # pickup latency of 1 ms jobs offered at 50 % of capacity
     python -m bench --only dashboard     # p95 of every dashboard page with 1,000,000 jobs (opt-in)
+    python -m bench --only flow          # flow control's claims as a ratio to the unlimited drain
     python -m bench.soak                 # the 30-minute soak (its own command; --quick: 3 minutes)
     python -m bench --only mariadb       # MariaDB: drain, 8x8, enqueue vs mariadb-slap (bench/mariadb.py)
 """
@@ -36,12 +37,13 @@ from .common import (FULL, QUICK, REPO_ROOT, Context, Figure, MachineLoad, Serve
 
 # Scenario modules import skiplock, so they are loaded only after --rev has chosen which one.
 SCENARIOS = ["baseline", "drain", "many_workers", "backlog", "enqueue", "latency", "load", "outbox_relay", "outage",
-             "sweep", "dashboard"]
+             "sweep", "dashboard", "flow"]
 # Run only when asked for (--only): the slot/process sweep takes several minutes on its own; the
-# dashboard's loads 1,000,000 jobs (about a minute) and measures pages, not the queue.
-OPT_IN = {"sweep", "dashboard"}
+# dashboard's loads 1,000,000 jobs (about a minute) and measures pages, not the queue; flow: flow
+# control's claims (bench/flow.py).
+OPT_IN = {"sweep", "dashboard", "flow"}
 # what each scenario's ratios are measured against
-NEEDS = {"drain": ["baseline"], "many_workers": ["baseline", "drain"], "backlog": ["baseline"]}
+NEEDS = {"drain": ["baseline"], "many_workers": ["baseline", "drain"], "backlog": ["baseline"], "flow": ["drain"]}
 
 console = Console(highlight=False)
 if not console.is_terminal:

@@ -22,6 +22,25 @@ RETENTION_ENV = "BENCH_DONE_RETENTION_S"
 LATENCY_TABLE = "CREATE TABLE bench_latency (job_id bigint PRIMARY KEY, handler_start float8 NOT NULL)"
 
 
+# Flow control's scenario (bench/flow.py) sets this in its workers' environment: the app then also
+# registers flow-controlled no-ops (docs/flow-control.md), which no other scenario's workers carry.
+FLOW_ENV = "BENCH_FLOW"
+
+
+def add_flow_tasks(app: skiplock.App) -> None:
+    @app.task(name="noop_limited", queue="flow_limited", concurrency=2, partition_by="k")
+    def noop_limited(job: Any, k: int) -> None:
+        """A no-op with a per-partition limit (its queue has a global one, set by the scenario)."""
+
+    @app.task(name="noop_rated", queue="flow_rated", rate="1000000/min")
+    def noop_rated(job: Any) -> None:
+        """A no-op with a rate far above what is drained: what a rate check costs."""
+
+    @app.task(name="noop_fair", queue="flow_fair")
+    def noop_fair(job: Any) -> None:
+        """A no-op in a fair queue (set by the scenario), partitioned at enqueue."""
+
+
 def make_app(dsn: str | None = None) -> skiplock.App:
     done_retention = os.environ.get(RETENTION_ENV)
     retention = None if not done_retention else {"done": float(done_retention), "failed": 30 * 86400.0,
@@ -53,7 +72,10 @@ def make_app(dsn: str | None = None) -> skiplock.App:
         time.sleep(ms / 1000)
         return started
 
+    if os.environ.get(FLOW_ENV):
+        add_flow_tasks(app)
     return app
 
 
 app = make_app()
+

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 from .backend.base import Backend
 from .backend.factory import embedded_server as start_embedded_server, open_backend
 from .errors import ConfigurationError, UnknownTask, redact_dsn
+from .flow import NOT_SUPPORTED, check_concurrency, check_partition_by, parse_rate
 from .observability.hooks import Hooks
 from .observability.reporting import enqueued
 from .operations import FINISHED, Operations, RetriedJobs, _held_message  # noqa: F401 - public here too
@@ -49,6 +50,16 @@ class Task:
     timeout: float | None = None
     lease: str = "transaction"
     lease_seconds: float = 60.0
+    # flow control (docs/flow-control.md): at most ``concurrency`` running at once and ``rate``
+    # (count, period seconds) starts, across every worker -- per partition with ``partition_by``
+    concurrency: int | None = None
+    rate: tuple[int, float] | None = None
+    partition_by: str | None = None
+
+    @property
+    def limited(self) -> bool:
+        """Flow-controlled: claimed only by the flow claim (worker/flow.py)."""
+        return self.concurrency is not None or self.rate is not None or self.partition_by is not None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -163,7 +174,8 @@ class App(Producer, Operations):
 
     def task(self, name: str | None = None, *, queue: str = "default", priority: int = 0, max_attempts: int = 5,
              retry: RetryPolicy | float | None = None, timeout: float | None = None, lease: str = "transaction",
-             lease_seconds: float = 60.0) -> Callable[[Callable[..., Any]], Task]:
+             lease_seconds: float = 60.0, concurrency: int | None = None, rate: str | None = None,
+             partition_by: str | None = None) -> Callable[[Callable[..., Any]], Task]:
         """Register ``fn`` as a task. It is called as ``fn(job, **job.args)`` (``async def`` works too).
 
         ``lease="transaction"`` (default): the job runs inside its claim transaction; its writes
@@ -174,8 +186,16 @@ class App(Producer, Operations):
 
         ``timeout`` (seconds): past it, the job's transaction is ended by PostgreSQL and the worker
         stops waiting for the handler; the attempt fails with a timeout error and is retried or failed
-        by the policy."""
+        by the policy.
+
+        Flow control (docs/flow-control.md; PostgreSQL only): ``concurrency=N``: at most N jobs of
+        this task run at once across every worker process and host; ``rate="100/min"``: at most that
+        many starts per period, evenly spaced; ``partition_by="customer"``: both apply per value of
+        that job argument (or per ``partition=`` given at enqueue) instead of to the whole task."""
         _check_queue(queue)
+        concurrency = check_concurrency(concurrency)
+        parsed_rate = None if rate is None else parse_rate(rate)
+        partition_by = check_partition_by(partition_by)
         _check_int("priority", priority, *INT32)
         _check_int("max_attempts", max_attempts, 1, INT32[1])
         policy = as_policy(retry)
@@ -193,11 +213,16 @@ class App(Producer, Operations):
             if task_name in self.tasks and self.tasks[task_name].fn is not fn:
                 raise ConfigurationError(f"task {task_name!r} is already registered")
             t = Task(task_name, fn, queue, priority, max_attempts, policy, None if timeout is None else float(timeout),
-                     lease, float(lease_seconds))
+                     lease, float(lease_seconds), concurrency, parsed_rate, partition_by)
             self.tasks[task_name] = t
             return t
 
         return register
+
+    def _check_flow_control(self, what: str) -> None:
+        """ConfigurationError if this App's backend has no flow control (MySQL/MariaDB today)."""
+        if not self.backend.capabilities.flow_control:
+            raise ConfigurationError(f"{what} {NOT_SUPPORTED}")
 
     def get_task(self, name: str) -> Task:
         try:
@@ -251,17 +276,22 @@ class App(Producer, Operations):
     def enqueue(self, task: str, args: Mapping[str, Any] | None = None, *, queue: str | None = None,
                 priority: int | None = None, run_at: datetime | None = None, delay: float | timedelta | None = None,
                 max_attempts: int | None = None, unique_key: str | None = None, on_conflict: str = "return",
-                conn: Any = None) -> int:
+                conn: Any = None, partition: str | None = None) -> int:
         """Insert one job and return its id. With ``conn`` (a psycopg connection), the insert runs in
         the caller's transaction: the job exists only if the caller commits. Invalid input raises
         :class:`InvalidJob` before anything is sent, so the caller's transaction stays usable.
 
         ``unique_key``: at most one queued or running job holds a key (a partial unique index, so it
         holds under concurrent enqueuers); enqueueing again returns the holder's id, or raises
-        :class:`DuplicateJob` with ``on_conflict="raise"``."""
-        job = self._new_job(task, args, queue, priority, run_at, delay, max_attempts)
+        :class:`DuplicateJob` with ``on_conflict="raise"``.
+
+        ``partition``: the job's partition for flow control (docs/flow-control.md): its task's
+        limits apply per partition."""
+        job = self._new_job(task, args, queue, priority, run_at, delay, max_attempts, partition)
         unique_key = _check_unique(unique_key, on_conflict)
         backend = self._ready()
+        if partition is not None:
+            self._check_flow_control("a job's partition")
         if self.tracing is None:
             job_id = backend.run(_enqueue_steps(backend, job, unique_key, on_conflict), conn)
         else:  # the enqueue span, and its context kept with the job (observability/tracing.py)
@@ -312,6 +342,8 @@ class App(Producer, Operations):
         new, keyed = self._new_jobs(jobs)
         if not new:
             return []
+        if any(j.partition is not None for j in new):
+            self._check_flow_control("a job's partition")
         if self.tracing is not None:  # the enqueue span, and its context kept with the jobs
             with self.tracing.enqueue(new[0].task, new[0].queue, len(new)) as keep:
                 ids = self._insert_many(new, keyed, conn)

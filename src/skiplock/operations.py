@@ -8,7 +8,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from .backend.base import Backend
-from .errors import DatabaseUnavailable, DuplicateJob, InvalidJob, JobFailed, JobNotFound, UnknownQueue, WaitTimeout
+from .errors import (ConfigurationError, DatabaseUnavailable, DuplicateJob, InvalidJob, JobFailed, JobNotFound,
+                     UnknownQueue, WaitTimeout)
+from .flow import NOT_SUPPORTED, check_concurrency, format_rate, parse_rate
 from .job import Job, JobState
 from .producing import _check_int, _check_queue
 from .settings import _check_retention
@@ -184,13 +186,47 @@ class Operations:
         return self._ready().resume_queue(_check_queue(queue))
 
     def queues(self) -> list[dict[str, Any]]:
-        """Every queue with jobs or paused: ``{"queue", "paused", "counts": {state: n}}``."""
+        """Every queue with jobs, paused or limited: ``{"queue", "paused", "counts": {state: n},
+        "limits": {"concurrency", "rate"} or None}`` (flow control: :meth:`set_queue_limits`)."""
         backend = self._ready()
         paused = set(backend.paused_queues())
-        out: dict[str, dict[str, Any]] = {q: {"queue": q, "paused": True, "counts": {}} for q in paused}
+        limits = {q["queue"]: {"concurrency": q["concurrency"], "rate": q["rate"], "fair": q["fair"]}
+                  for q in self.queue_limits()}
+        out: dict[str, dict[str, Any]] = {q: {"queue": q, "paused": q in paused, "counts": {}}
+                                          for q in paused | set(limits)}
         for queue, state, n in backend.counts():
             out.setdefault(queue, {"queue": queue, "paused": queue in paused, "counts": {}})["counts"][state] = n
+        for q in out.values():
+            q["limits"] = limits.get(q["queue"])
         return [out[q] for q in sorted(out)]
+
+    def set_queue_limits(self, queue: str, *, concurrency: int | None = None, rate: str | None = None,
+                         fair: bool = False) -> None:
+        """Flow control for a whole queue (docs/flow-control.md): at most ``concurrency`` of its jobs
+        running at once and ``rate`` (``"100/min"``) starts, across every worker; None: no such
+        limit. ``fair``: claims go round-robin across the queue's partitions (a partition with a
+        million jobs does not delay one with one). All three replace what was set (none: the queue
+        is unlimited again). Running workers honour a change at their next claim, no restart. Not on
+        MySQL/MariaDB (ConfigurationError)."""
+        _check_queue(queue)
+        concurrency = check_concurrency(concurrency)
+        parsed = None if rate is None else parse_rate(rate)
+        backend = self._ready()
+        if not backend.capabilities.flow_control:
+            raise ConfigurationError(f"queue limits {NOT_SUPPORTED}")
+        if not isinstance(fair, bool):
+            raise ConfigurationError(f"fair must be True or False, got {fair!r}")
+        backend.set_queue_limit(queue, concurrency, parsed, fair)  # type: ignore[attr-defined]  # base.FlowBackend
+
+    def queue_limits(self) -> list[dict[str, Any]]:
+        """The queues with limits: ``{"queue", "concurrency", "rate" ("100/min"), "rate_count",
+        "rate_period" (seconds), "fair", "updated_at"}``, by queue (none on a backend without flow control)."""
+        backend = self._ready()
+        if not backend.capabilities.flow_control:
+            return []
+        return [{"queue": q, "concurrency": c, "rate": None if n is None else format_rate(n, p), "rate_count": n,
+                 "rate_period": p, "fair": fair, "updated_at": at}
+                for q, c, n, p, at, fair in backend.queue_limits()]  # type: ignore[attr-defined]  # base.FlowBackend
 
     def wait(self, job_id: int, timeout: float | None = None) -> Any:
         """Block until the job finishes; return its result, or raise :class:`JobFailed` (failed or

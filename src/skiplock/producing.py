@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Generator, Iterable, Mapping
 
 from .backend.base import Backend, NewJob
 from .errors import DuplicateJob, InvalidJob
+from .flow import MAX_PARTITION_CHARS
 from .retry import check_delay
 from .values import MAX_QUEUE_CHARS, MAX_TASK_CHARS, MAX_UNIQUE_KEY_CHARS, _encode_compact, check_text, to_json
 
@@ -34,7 +35,8 @@ def _check_int(name: str, value: Any, low: int, high: int) -> int:
 
 # enqueue_many options that _new_jobs' shortcut handles (run_at and delay vary per job: no shortcut)
 _PLAIN_OPTIONS = frozenset({"queue", "priority", "max_attempts"})
-_ITEM_OPTIONS = frozenset({"queue", "priority", "run_at", "delay", "max_attempts", "unique_key", "on_conflict"})
+_ITEM_OPTIONS = frozenset({"queue", "priority", "run_at", "delay", "max_attempts", "unique_key", "on_conflict",
+                           "partition"})
 ON_CONFLICT = ("return", "raise")
 _STR_OR_NONE = (str, type(None))
 _INT_OR_NONE = (int, type(None))
@@ -112,6 +114,27 @@ def _check_run_at(run_at: Any) -> datetime | None:
 
 
 
+def _partitioned(task: "Task | None") -> bool:
+    return task is not None and task.partition_by is not None
+
+
+def _derived_partition(task: "Task | None", args: Any) -> str | None:
+    """A registered task's ``partition_by`` argument as the job's partition (flow control), stored
+    so that a fair queue can order by it (jobs_fair_idx): its text as ``args ->> name`` gives it --
+    a string as it is, an integer in decimal, a boolean as true/false. Another value (or an absent
+    one) is left to the claim, which reads it from the args the same way."""
+    if task is None or task.partition_by is None or not isinstance(args, Mapping):
+        return None
+    value = args.get(task.partition_by)
+    if isinstance(value, bool):
+        text: str | None = "true" if value else "false"
+    elif isinstance(value, (str, int)):
+        text = str(value)
+    else:
+        text = None
+    return text if text is not None and 0 < len(text) <= MAX_PARTITION_CHARS and "\x00" not in text else None
+
+
 class Producer:
     """App's producing half (mixed into :class:`App`): the checks behind ``enqueue`` and
     ``enqueue_many`` (which App defines itself)."""
@@ -129,7 +152,7 @@ class Producer:
     # ---- producing ---------------------------------------------------------------------------
 
     def _new_job(self, task: str, args: Any, queue: str | None, priority: int | None, run_at: datetime | None,
-                 delay: float | timedelta | None, max_attempts: int | None) -> NewJob:
+                 delay: float | timedelta | None, max_attempts: int | None, partition: str | None = None) -> NewJob:
         check_text("task", task, MAX_TASK_CHARS)
         registered = self.tasks.get(task)
         if delay is not None:
@@ -147,6 +170,8 @@ class Producer:
             priority=_check_int("priority", priority if priority is not None else (registered.priority if registered else 0), *INT32),
             max_attempts=_check_int("max_attempts", max_attempts if max_attempts is not None else (registered.max_attempts if registered else 5), 1, INT32[1]),
             run_at=_check_run_at(run_at),
+            partition=check_text("partition", partition, MAX_PARTITION_CHARS, optional=True)
+            if partition is not None else _derived_partition(registered, args),
         )
 
     def _new_jobs(self, jobs: Iterable[Any]) -> tuple[list[NewJob], dict[int, tuple[str, str]]]:
@@ -169,13 +194,13 @@ class Producer:
             if type(item) is tuple:
                 if len(item) == 2:
                     task, args = item
-                    if type(task) is str:
+                    if type(task) is str and not _partitioned(self.tasks.get(task)):
                         key = (task, None, None, None)
                 elif len(item) == 3 and type(item[2]) is dict and item[2].keys() <= _PLAIN_OPTIONS:
                     task, args, options = item
                     queue, priority, attempts = options.get("queue"), options.get("priority"), options.get("max_attempts")
                     # exact types only: True == 1 and 1.0 == 1 as dict keys, but neither is a valid priority
-                    if type(task) is str and type(queue) in _STR_OR_NONE and type(priority) in _INT_OR_NONE \
+                    if type(task) is str and not _partitioned(self.tasks.get(task)) and type(queue) in _STR_OR_NONE and type(priority) in _INT_OR_NONE \
                             and type(attempts) in _INT_OR_NONE:
                         key = (task, queue, priority, attempts)
                 if key is not None and type(args) is dict:
@@ -193,7 +218,8 @@ class Producer:
                 raise InvalidJob(f"item {i}: unknown options {sorted(unknown)}")
             try:
                 job = self._new_job(item[0], item[1], options.get("queue"), options.get("priority"),
-                                    options.get("run_at"), options.get("delay"), options.get("max_attempts"))
+                                    options.get("run_at"), options.get("delay"), options.get("max_attempts"),
+                                    options.get("partition"))
                 on_conflict = options.get("on_conflict", "return")
                 unique_key = _check_unique(options.get("unique_key"), on_conflict)
             except InvalidJob as exc:

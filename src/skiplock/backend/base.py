@@ -27,11 +27,15 @@ class Capabilities:
     - ``server_bounds_lease``: the server itself ends a lease transaction idle or open past
       ``lease_timeout`` or a task's ``timeout`` (PostgreSQL: idle_in_transaction_session_timeout,
       statement and transaction timeouts); else the worker's watchdog ends such leases
-      (``Lease.end``)."""
+      (``Lease.end``);
+    - ``flow_control``: concurrency and rate limits, partitions (docs/flow-control.md: ``claim_flow``,
+      ``ensure_slots``, ``own_slots``, ``take_starts``, the queue-limit verbs); else a task or queue
+      with limits, or a job with a ``partition``, is refused with a clear error."""
 
     batched_claims: bool = True
     listen_notify: bool = True
     server_bounds_lease: bool = True
+    flow_control: bool = False
 
 
 class Session(Protocol):
@@ -143,6 +147,8 @@ class ClaimedJob:
     run_at: datetime
     created_at: datetime
     claimed_at: datetime
+    # flow control (``claim_flow``): the (key, slot number) of each concurrency slot this job holds
+    slots: tuple[tuple[str, int], ...] = ()
 
 
 class NewJob(NamedTuple):
@@ -155,6 +161,7 @@ class NewJob(NamedTuple):
     priority: int
     max_attempts: int
     run_at: datetime | None
+    partition: str | None = None  # flow control: the job's partition key (docs/flow-control.md)
 
 
 class Notifications(Protocol):
@@ -305,3 +312,40 @@ class TraceStore(Protocol):
     def store(self, ids: Sequence[int], carrier: dict[str, str], conn: Any = None) -> None: ...
 
     def take(self, lease: "Lease", ids: Sequence[int]) -> dict[int, dict[str, str]]: ...
+
+
+class TaskLimits(NamedTuple):
+    """A task's flow-control limits from its code (``@app.task(concurrency=, rate=, partition_by=)``):
+    ``every`` is the seconds between starts of one key (a rate), None for no rate."""
+
+    task: str
+    concurrency: int | None
+    partition_by: str | None
+    every: float | None
+
+
+class FlowKey(NamedTuple):
+    """One limited key of a job claimed by ``claim_flow``: its concurrency ``limit`` (None: only a
+    rate), the slot taken (None: none free), how many of its slots exist, and its rate's ``every``."""
+
+    key: str
+    limit: int | None
+    slot: int | None
+    slots_existing: int | None
+    every: float | None
+
+
+class FlowBackend(Protocol):
+    """Flow control's verbs (``Capabilities.flow_control``; docs/flow-control.md). ``claim_flow``
+    runs in the lease transaction; ``ensure_slots`` and ``take_starts`` on the bookkeeping session."""
+
+    def claim_flow(self, conn: Any, queues: Sequence[str] | None, tasks: Sequence[str],
+                   limits: Sequence[TaskLimits], held_queues: Sequence[str], held_tasks: Sequence[str],
+                   held: Sequence[str], fair_queue: str | None = None,
+                   after: str | None = None) -> tuple[ClaimedJob, list[FlowKey], str | None] | None: ...
+    def ensure_slots(self, conn: Any, keys: Sequence[tuple[str, int]]) -> None: ...
+    def release_stale_slots(self) -> int: ...
+    def take_starts(self, conn: Any, keys: Sequence[tuple[str, float]]) -> tuple[bool, dict[str, float]]: ...
+    def set_queue_limit(self, queue: str, concurrency: int | None, rate: tuple[int, float] | None,
+                        fair: bool = False) -> None: ...
+    def queue_limits(self) -> list[tuple[Any, ...]]: ...

@@ -10,6 +10,7 @@ the one place that adds them to the group, so the full list of commands is read 
 =================  ==========================================================
 ``jobs``           ``enqueue``, ``jobs``
 ``lifecycle``      ``queues``, ``pause``, ``resume``, ``cancel``, ``retry``, ``wait``, ``prune``
+``limits``         ``limits``, ``limit`` (flow control: per-queue limits, live)
 ``worker``         ``worker``
 ``status``         ``status``, ``workers`` (the read model)
 ``top``            ``top`` (a live view of the read model)
@@ -28,7 +29,7 @@ The console script ``skiplock`` and ``python -m skiplock`` both run :func:`main`
 from __future__ import annotations
 
 from ..errors import UnknownTask
-from . import dashboard, demo, jobs, lifecycle, outbox, server, status, top, worker
+from . import dashboard, demo, jobs, lifecycle, limits, outbox, server, status, top, worker
 from .group import cli, fail
 
 __all__ = ["cli", "main"]
@@ -37,6 +38,7 @@ for _command in (
     jobs.enqueue, jobs.jobs,
     lifecycle.queues, lifecycle.pause, lifecycle.resume, lifecycle.cancel, lifecycle.retry, lifecycle.wait,
     lifecycle.prune,
+    limits.limits, limits.limit,
     worker.worker,
     status.status, status.workers, top.top,
     outbox.relay, outbox.outbox,

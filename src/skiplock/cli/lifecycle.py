@@ -26,7 +26,8 @@ def queues(obj: Context, as_json: bool) -> None:
     rows = app.queues()
     if as_json:
         emit_json({"schema": app.schema, "queues": [{"queue": q["queue"], "paused": q["paused"],
-                                                     "counts": {s: q["counts"].get(s, 0) for s in states}}
+                                                     "counts": {s: q["counts"].get(s, 0) for s in states},
+                                                     "limits": q["limits"]}
                                                     for q in rows]})
         return
     table = Table(title=plain(f"skiplock queues (schema {app.schema})"))
@@ -34,11 +35,22 @@ def queues(obj: Context, as_json: bool) -> None:
     table.add_column("paused")
     for s in states:
         table.add_column(s, justify="right", style=STATE_STYLE[s])
+    table.add_column("limits")
     for q in rows:
-        table.add_row(plain(q["queue"]), "[bold yellow]paused[/]" if q["paused"] else "", *(str(q["counts"].get(s, 0)) for s in states))
+        table.add_row(plain(q["queue"]), "[bold yellow]paused[/]" if q["paused"] else "", *(str(q["counts"].get(s, 0)) for s in states),
+                      plain(_limits_text(q["limits"])))
     if not rows:
-        table.add_row("(no queues)", "", *("0" for _ in states))
+        table.add_row("(no queues)", "", *("0" for _ in states), "")
     console.print(table)
+
+
+def _limits_text(limits: dict | None) -> str:  # type: ignore[type-arg]
+    """A queue's limits in the queues table: "concurrency 5, 100/min" (empty: none)."""
+    if not limits:
+        return ""
+    parts = [f"concurrency {limits['concurrency']}" if limits["concurrency"] is not None else "", limits["rate"] or "",
+             "fair" if limits.get("fair") else ""]
+    return ", ".join(p for p in parts if p)
 
 
 @click.command()

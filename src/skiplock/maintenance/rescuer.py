@@ -34,4 +34,7 @@ class Rescuer(Service):
                 log.warning("job %s: lease expired; %s", job_id, "queued again" if state == "queued" else "failed")
             self.rescued.extend(rows)
             if len(rows) < self.batch:
-                return
+                break
+        backend = self.app.backend
+        if backend.capabilities.flow_control:  # flow control: slots a finishing write could not free
+            backend.release_stale_slots()  # type: ignore[attr-defined]  # base.FlowBackend

@@ -32,6 +32,7 @@ from ..reconnect import Reconnects, quiet_driver_noise
 from .batching import DEFAULT_BATCH_SIZE, BatchPolicy, ClaimSize
 from .completer import CancelledWhileRunning
 from .executor import Executor
+from .flow import FlowControl
 from .governor import Governor
 from .heartbeat import Heartbeat
 from .listener import Listener
@@ -46,6 +47,9 @@ log = logging.getLogger("skiplock.worker")
 
 # Connections a starting worker leaves free for everyone else (producers enqueueing, tools).
 CONNECTION_HEADROOM = 2
+# After a flow claim found nothing, a slot whose plain claims find work tries it first again only
+# after this long (an empty plain claim tries it at once).
+FLOW_REST_SECONDS = 0.05
 # How long a stopping worker waits for its hooks to be handed the events emitted so far.
 HOOKS_DRAIN_SECONDS = 5.0
 
@@ -126,6 +130,9 @@ class Worker:
         self.metrics_interval = metrics_interval  # seconds between samples of the queue gauges (metrics on)
         self.fail_unknown_tasks = bool(fail_unknown_tasks)
         self._claim_tasks: list[str] | None = None  # set by run(): the task names claimed (None: every one)
+        self.flow: FlowControl | None = None  # set by run(): the flow claim (worker/flow.py)
+        self._flow_first: dict[int, bool] = {}  # per slot: which claim goes first next (they alternate)
+        self._flow_rest: dict[int, float] = {}  # per slot: no flow claim first before this (it found none)
         self.listen = listen
         self.listener: Listener | None = None
         self._wake_up = threading.Condition()
@@ -155,14 +162,14 @@ class Worker:
             else:
                 self._wake_up.notify(slots)
 
-    def _idle(self, since: int) -> None:
+    def _idle(self, since: int, timeout: float | None = None) -> None:
         """Wait for a wake-up or ``poll_interval`` -- unless one came since ``since`` (the count when
         this slot began the claim that found nothing): a NOTIFY that arrived while the slot was busy
         claiming found nobody waiting, and its job may have committed after the claim's snapshot, so
         the slot claims again at once instead of sleeping through it."""
         with self._wake_up:
             if not self._stopping.is_set() and self._wakes == since:
-                self._wake_up.wait(self.poll_interval)
+                self._wake_up.wait(self.poll_interval if timeout is None else min(self.poll_interval, timeout))
 
     def stop(self, abort: bool = False) -> None:
         """Stop claiming. With ``abort``, also end in-flight jobs: their transactions roll back."""
@@ -192,7 +199,9 @@ class Worker:
         self.app._ready()  # clear error now if the database or schema is not usable
         self._check_connection_budget()
         self._stop_when_empty = stop_when_empty
-        self._claim_tasks = None if self.fail_unknown_tasks else sorted(self.app.tasks)
+        # Flow-controlled tasks (limits in code) are claimed by the flow claim only (worker/flow.py).
+        self.flow = FlowControl(self.app, self.queues, self.fail_unknown_tasks)
+        self._claim_tasks = None if self.fail_unknown_tasks else self.flow.unlimited_tasks
         presence = Presence(self.app.backend, self.name, list(self.app.tasks), self.queues, concurrency=self.concurrency)
         self.services.append(presence)
         quiet_driver_noise()
@@ -286,8 +295,42 @@ class Worker:
     def _claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
                index: int) -> tuple[list[Any], bool]:
         """Claim the next job(s) in a new transaction of ``lease``. Returns them, and whether this slot
-        now holds a batch turn (only while it has a batch of fast jobs to run; see ``batch_slots``)."""
+        now holds a batch turn (only while it has a batch of fast jobs to run; see ``batch_slots``).
+        When flow-controlled jobs may be waiting (worker/flow.py), each slot alternates which claim
+        it tries first, the flow claim (one job) or the plain one, and tries the other if it finds none."""
         executor.gate.wait_open(self._stopping)  # no claim while a suspect runs alone (see gate.py)
+        flow = self.flow
+        if flow is None or not flow.active():
+            return self._plain_claim(lease, size, executor, index)
+        plain = self._claim_tasks is None or bool(self._claim_tasks)
+        first = self._flow_first[index] = not self._flow_first.get(index, False)
+        now = time.monotonic()
+        if not plain or (first and now >= self._flow_rest.get(index, 0.0)):
+            claimed = self._flow_claim(flow, lease, executor, index)
+            if claimed or not plain:
+                return claimed, False
+            # none: this slot's next claims are plain ones for a moment (while they find work, a flow
+            # claim that finds nothing would double their round trips); an empty plain claim still
+            # tries the flow claim at once (below)
+            self._flow_rest[index] = now + FLOW_REST_SECONDS
+            return self._plain_claim(lease, size, executor, index)
+        claimed, turn = self._plain_claim(lease, size, executor, index)
+        if claimed:
+            return claimed, turn
+        lease.rollback()
+        return self._flow_claim(flow, lease, executor, index), False
+
+    def _flow_claim(self, flow: FlowControl, lease: "Lease", executor: Executor, index: int) -> list[Any]:
+        """One flow-controlled job (worker/flow.py). A claim of one job is always "full": there may be
+        more, so two idle slots are woken to look too, as after a full plain claim."""
+        claimed = flow.claim(lease, executor.bookkeeping, index)
+        if claimed:
+            self.wake(every=False, slots=2)
+        return claimed
+
+    def _plain_claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
+                     index: int) -> tuple[list[Any], bool]:
+        """The plain claim (no flow control): up to ``size`` jobs of the unlimited tasks."""
         limit = size.value
         turn = limit > 1 and size.instant
         if turn:
@@ -370,6 +413,8 @@ class Worker:
                                             (time.perf_counter() - began - run.handler_seconds) / len(run.outcomes))
                                 finally:
                                     self._busy.discard(index)
+                                if claimed[0].slots and not self._stopping.is_set():
+                                    self.wake(every=False, slots=1)  # its slots are free: an idle slot may take them
                         finally:
                             if turn:
                                 self.batching.give_turn(index)
@@ -377,9 +422,11 @@ class Worker:
                         self.governor.release()
                     backoff.reset()
                     if not claimed:
-                        if self._stop_when_empty:
-                            return
-                        self._idle(wakes)
+                        flow = self.flow
+                        if self._stop_when_empty and not (flow is not None and flow.holding()):
+                            return  # (a job held back by its rate is not "none available")
+                        due = flow.next_due(index) if flow is not None else None
+                        self._idle(wakes, due)
                 except CancelledWhileRunning as cancelled:  # logged by the reporter; a new session, no outage
                     self.stats.count(cancelled.outcome)
                     if lease is not None:

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import psycopg
 from psycopg.rows import tuple_row
 
-from ..base import ClaimedJob, Finish, Lease, Via
+from ..base import ClaimedJob, Finish, FlowKey, Lease, TaskLimits, Via
 from .connections import PostgresConnections, row_of
 from .errors import translate
 from .lease import PostgresLease, PostgresSession
@@ -192,7 +192,13 @@ class Leasing(PostgresConnections):
     @_on_session
     def start_claimed(self, conn: psycopg.Connection[Any], job: ClaimedJob, owner: uuid.UUID, lease: float,
                       worker: str) -> tuple[int, str | None] | None:
+        """Mark the job running with ``owner`` (the caller commits). The flow-control slots the claim
+        locked (``job.slots``) are written to the same owner in the same transaction (``own_slots``):
+        they outlive it, held like the lease, freed by the finishing write or the rescuer."""
         row = self._one("start_claimed", {"id": job.id, "owner": owner, "lease": lease, "worker": worker}, conn)
+        if row and job.slots:
+            conn.execute(self.q["own_slots"], {"owner": owner, "keys": [k for k, _ in job.slots],
+                                               "ns": [n for _, n in job.slots]})
         return (int(row[0]), row[1]) if row else None
 
     def heartbeat(self, leases: Sequence[tuple[int, uuid.UUID, float]]) -> set[int]:
@@ -206,3 +212,49 @@ class Leasing(PostgresConnections):
 
     def cancel_running(self, job_id: int) -> bool:
         return self._one("cancel_running", {"id": job_id, "notice": self.notice(job_id)}) is not None
+
+    # ---- flow control (docs/flow-control.md; `claim_flow` in queries.sql) ----------------------
+
+    @_on_session
+    def claim_flow(self, conn: psycopg.Connection[Any], queues: Sequence[str] | None, tasks: Sequence[str],
+                   limits: Sequence[TaskLimits], held_queues: Sequence[str] = (), held_tasks: Sequence[str] = (),
+                   held: Sequence[str] = (), fair_queue: str | None = None,
+                   after: str | None = None) -> tuple[ClaimedJob, list[FlowKey], str | None] | None:
+        """In the lease transaction: lock the first available flow-controlled job and one free slot
+        of each of its concurrency keys -- with ``fair_queue``, round-robin across that queue's
+        partitions: the first partition after ``after`` (``claim_flow_fair``). Returns the job
+        (``slots``: those taken), its keys and its partition, or None. The caller must roll back
+        unless every key with a limit got a slot."""
+        row = conn.execute(self.q["claim_flow" if fair_queue is None else "claim_flow_fair"], {
+            "queue": fair_queue, "after": after,
+            "queues": None if queues is None else list(queues), "tasks": list(tasks),
+            "lt_tasks": [t.task for t in limits], "lt_concurrency": [t.concurrency for t in limits],
+            "lt_partition_by": [t.partition_by for t in limits], "lt_every": [t.every for t in limits],
+            "held_queues": list(held_queues), "held_tasks": list(held_tasks), "held": list(held)}).fetchone()
+        if row is None:
+            return None
+        keys = [FlowKey(*k) for k in zip(row[10], row[11], row[12], row[13], row[14])]
+        job = ClaimedJob(*row[:10])
+        job.slots = tuple((k.key, k.slot) for k in keys if k.slot is not None)
+        return job, keys, row[15]
+
+    def release_stale_slots(self) -> int:
+        """Free the slots of owners no running job has (the rescuer's pass; see queries.sql)."""
+        return int(self._one("release_stale_slots")[0])
+
+    @_on_session
+    def ensure_slots(self, conn: psycopg.Connection[Any], keys: Sequence[tuple[str, int]]) -> None:
+        """Create the slots (key, 1..limit) that do not exist yet (autocommit: the bookkeeping session)."""
+        conn.execute(self.q["ensure_slots"], {"keys": [k for k, _ in keys], "lims": [n for _, n in keys]})
+
+    @_on_session
+    def take_starts(self, conn: psycopg.Connection[Any], keys: Sequence[tuple[str, float]]) -> tuple[bool, dict[str, float]]:
+        """One start of each rate-limited key, all or none (autocommit: the bookkeeping session).
+        Returns (granted, {refusing key: seconds until it allows a start})."""
+        params = {"keys": [k for k, _ in keys], "every": [e for _, e in keys]}
+        for _ in range(2):
+            granted, present, refused, waits, _moved = row_of(conn.execute(self.q["take_starts"], params))
+            if present:
+                return bool(granted), dict(zip(refused, waits))
+            conn.execute(self.q["ensure_rates"], {"keys": params["keys"]})
+        raise RuntimeError("flow_rates rows missing after ensure_rates")

@@ -131,6 +131,20 @@ class Operating(Producing):
     def paused_queues(self) -> list[str]:
         return [r[0] for r in self._all("paused_queues")]
 
+    def set_queue_limit(self, queue: str, concurrency: int | None, rate: tuple[int, float] | None,
+                        fair: bool = False) -> None:
+        """A queue's limits (flow control), read by every worker's next claim; none: no row."""
+        if concurrency is None and rate is None and not fair:
+            self._one("clear_queue_limit", {"queue": queue})
+            return
+        self._one("set_queue_limit", {"queue": queue, "concurrency": concurrency,
+                                      "rate_count": None if rate is None else rate[0],
+                                      "rate_period": None if rate is None else rate[1], "fair": bool(fair)})
+
+    def queue_limits(self) -> list[tuple[Any, ...]]:
+        """(queue, concurrency, rate_count, rate_period, updated_at, fair) per queue with limits."""
+        return [tuple(r) for r in self._all("queue_limits")]
+
     def add_waiter(self, job_id: int) -> None:
         self._one("add_waiter", {"id": job_id})
 

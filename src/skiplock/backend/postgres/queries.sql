@@ -35,6 +35,7 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
   FROM {schema}.jobs
  WHERE state = 'queued' AND queue = %(queue)s AND run_at <= now()
    AND NOT EXISTS (SELECT 1 FROM {schema}.paused_queues WHERE queue = %(queue)s)
+   AND NOT EXISTS (SELECT 1 FROM {schema}.queue_limits WHERE queue = %(queue)s)  -- `claim_flow`'s
  ORDER BY priority, id
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
@@ -49,6 +50,9 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
    -- ~1 row when one queue holds all jobs, which turns the claim into a seq scan + sort.
    AND (NOT EXISTS (SELECT FROM {schema}.paused_queues)
         OR queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues)))
+   -- A queue with limits (queue_limits) is claimed by `claim_flow` only; the same shape as above.
+   AND (NOT EXISTS (SELECT FROM {schema}.queue_limits)
+        OR queue <> ALL (ARRAY(SELECT queue FROM {schema}.queue_limits)))
  ORDER BY priority, id
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
@@ -63,6 +67,9 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
    -- ~1 row when one queue holds all jobs, which turns the claim into a seq scan + sort.
    AND (NOT EXISTS (SELECT FROM {schema}.paused_queues)
         OR queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues)))
+   -- A queue with limits (queue_limits) is claimed by `claim_flow` only; the same shape as above.
+   AND (NOT EXISTS (SELECT FROM {schema}.queue_limits)
+        OR queue <> ALL (ARRAY(SELECT queue FROM {schema}.queue_limits)))
  ORDER BY priority, id
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
@@ -78,6 +85,7 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
   FROM {schema}.jobs
  WHERE state = 'queued' AND queue = %(queue)s AND task = ANY(%(tasks)s::text[]) AND run_at <= now()
    AND NOT EXISTS (SELECT 1 FROM {schema}.paused_queues WHERE queue = %(queue)s)
+   AND NOT EXISTS (SELECT 1 FROM {schema}.queue_limits WHERE queue = %(queue)s)  -- `claim_flow`'s
  ORDER BY priority, id
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
@@ -90,6 +98,9 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
  WHERE state = 'queued' AND queue = ANY(%(queues)s) AND task = ANY(%(tasks)s::text[]) AND run_at <= now()
    AND (NOT EXISTS (SELECT FROM {schema}.paused_queues)
         OR queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues)))
+   -- A queue with limits (queue_limits) is claimed by `claim_flow` only; the same shape as above.
+   AND (NOT EXISTS (SELECT FROM {schema}.queue_limits)
+        OR queue <> ALL (ARRAY(SELECT queue FROM {schema}.queue_limits)))
  ORDER BY priority, id
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
@@ -102,6 +113,9 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
  WHERE state = 'queued' AND task = ANY(%(tasks)s::text[]) AND run_at <= now()
    AND (NOT EXISTS (SELECT FROM {schema}.paused_queues)
         OR queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues)))
+   -- A queue with limits (queue_limits) is claimed by `claim_flow` only; the same shape as above.
+   AND (NOT EXISTS (SELECT FROM {schema}.queue_limits)
+        OR queue <> ALL (ARRAY(SELECT queue FROM {schema}.queue_limits)))
  ORDER BY priority, id
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
@@ -220,7 +234,13 @@ UPDATE {schema}.jobs
    AND owner IS NOT DISTINCT FROM %(owner)s::uuid
    AND NOT EXISTS (SELECT 1 FROM {schema}.job_cancellations c WHERE c.job_id = %(id)s)
 RETURNING id),
-gone AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM upd))
+gone AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM upd)),
+-- claimed lease: the flow-control slots this owner held are free again (see `claim_flow`)
+freed AS (UPDATE {schema}.flow_slots f SET owner = NULL
+           WHERE (f.key, f.n) IN (SELECT key, n FROM {schema}.flow_slots
+                                   WHERE %(owner)s::uuid IS NOT NULL AND owner = %(owner)s::uuid
+                                     AND EXISTS (SELECT FROM upd)
+                                     FOR UPDATE SKIP LOCKED))
 SELECT count(*),
        (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_waiters w
          WHERE w.job_id IN (SELECT id FROM upd))
@@ -306,7 +326,13 @@ UPDATE {schema}.job_attempts a
                       AND NOT EXISTS (SELECT 1 FROM upd)
                       AND EXISTS (SELECT 1 FROM {schema}.jobs WHERE id = %(id)s AND state = 'queued')
                       FOR UPDATE SKIP LOCKED)),
-requests_done AS (DELETE FROM {schema}.job_cancellations WHERE job_id IN (SELECT id FROM upd WHERE state <> 'queued'))
+requests_done AS (DELETE FROM {schema}.job_cancellations WHERE job_id IN (SELECT id FROM upd WHERE state <> 'queued')),
+-- claimed lease: the job is no longer running, so the flow-control slots of its owner are free
+freed AS (UPDATE {schema}.flow_slots f SET owner = NULL
+           WHERE (f.key, f.n) IN (SELECT key, n FROM {schema}.flow_slots
+                                   WHERE %(owner)s::uuid IS NOT NULL AND owner = %(owner)s::uuid
+                                     AND EXISTS (SELECT FROM upd)
+                                     FOR UPDATE SKIP LOCKED))
 SELECT upd.state,
        (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_waiters w
          WHERE w.job_id IN (SELECT id FROM upd WHERE state <> 'queued'))
@@ -317,11 +343,11 @@ SELECT upd.state,
 -- input order. One NOTIFY on the fixed channel `skiplock` wakes idle workers when the inserting
 -- transaction commits (a hint only: workers also poll).
 WITH ins AS (
-INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, run_at)
-SELECT queue, task, args, priority, max_attempts, coalesce(run_at, now())
+INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, run_at, partition)
+SELECT queue, task, args, priority, max_attempts, coalesce(run_at, now()), partition
   FROM unnest(%(queues)s::text[], %(tasks)s::text[], %(args)s::text[]::jsonb[], %(priorities)s::int[],
-              %(max_attempts)s::int[], %(run_ats)s::timestamptz[])
-       WITH ORDINALITY AS j(queue, task, args, priority, max_attempts, run_at, n)
+              %(max_attempts)s::int[], %(run_ats)s::timestamptz[], %(partitions)s::text[])
+       WITH ORDINALITY AS j(queue, task, args, priority, max_attempts, run_at, partition, n)
  ORDER BY n
 RETURNING id),
 wake AS (SELECT pg_notify('skiplock', %(wake)s))
@@ -348,8 +374,9 @@ COPY {schema}.jobs (id, queue, task, args, priority, max_attempts, run_at) FROM 
 
 -- name: enqueue_one
 WITH ins AS (
-INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, run_at)
-VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s, %(max_attempts)s, coalesce(%(run_at)s, now()))
+INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, run_at, partition)
+VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s, %(max_attempts)s, coalesce(%(run_at)s, now()),
+        %(partition)s)
 RETURNING id),
 wake AS (SELECT pg_notify('skiplock', %(wake)s))
 SELECT id FROM ins, wake;
@@ -473,9 +500,9 @@ SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE pid = %(pid)s
 -- and true, or the existing job's id and false. If the existing job finished between the conflict
 -- and the lookup, no row comes back and the caller tries again.
 WITH ins AS (
-INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, run_at, unique_key)
+INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, run_at, unique_key, partition)
 VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s, %(max_attempts)s, coalesce(%(run_at)s, now()),
-        %(unique_key)s)
+        %(unique_key)s, %(partition)s)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'running') DO NOTHING
 RETURNING id),
 wake AS (SELECT pg_notify('skiplock', %(wake)s))
@@ -498,16 +525,18 @@ SELECT id, false FROM {schema}.jobs
 -- commit, if anything was inserted.
 WITH j AS MATERIALIZED (
 SELECT * FROM unnest(%(queues)s::text[], %(tasks)s::text[], %(args)s::text[], %(priorities)s::int[],
-                     %(max_attempts)s::int[], %(run_ats)s::timestamptz[], %(unique_keys)s::text[])
-       WITH ORDINALITY AS j(queue, task, args, priority, max_attempts, run_at, unique_key, n)),
+                     %(max_attempts)s::int[], %(run_ats)s::timestamptz[], %(unique_keys)s::text[],
+                     %(partitions)s::text[])
+       WITH ORDINALITY AS j(queue, task, args, priority, max_attempts, run_at, unique_key, partition, n)),
 seq AS MATERIALIZED (
 SELECT pg_get_serial_sequence(format('%%I.jobs', %(schema)s::text), 'id')::regclass AS seq),
 ids AS MATERIALIZED (
 SELECT id, row_number() OVER (ORDER BY id) AS n FROM (SELECT nextval(seq.seq) AS id FROM seq, j) drawn),
 ins AS (
-INSERT INTO {schema}.jobs (id, queue, task, args, priority, max_attempts, run_at, unique_key)
+INSERT INTO {schema}.jobs (id, queue, task, args, priority, max_attempts, run_at, unique_key, partition)
 OVERRIDING SYSTEM VALUE
-SELECT ids.id, j.queue, j.task, j.args::jsonb, j.priority, j.max_attempts, coalesce(j.run_at, now()), j.unique_key
+SELECT ids.id, j.queue, j.task, j.args::jsonb, j.priority, j.max_attempts, coalesce(j.run_at, now()), j.unique_key,
+       j.partition
   FROM j JOIN ids USING (n)
  ORDER BY j.unique_key COLLATE "C"
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'running') DO NOTHING
@@ -744,7 +773,7 @@ RETURNING j.id;
 -- skipping rows someone is finishing right now. A job failed here is finished: its waiters are
 -- notified, as by every finishing write.
 WITH expired AS (
-SELECT id FROM {schema}.jobs
+SELECT id, owner FROM {schema}.jobs
  WHERE state = 'running' AND lease_expires_at < now()
  ORDER BY lease_expires_at
  LIMIT %(batch)s
@@ -766,22 +795,246 @@ UPDATE {schema}.jobs j
  WHERE j.id = expired.id
 RETURNING j.id, j.state),
 woken AS (SELECT count(pg_notify('skiplock', %(prefix)s || w.job_id)) FROM {schema}.job_waiters w
-           WHERE w.job_id IN (SELECT id FROM upd WHERE state = 'failed'))
+           WHERE w.job_id IN (SELECT id FROM upd WHERE state = 'failed')),
+-- the flow-control slots the rescued leases held (see `claim_flow`): free again
+freed AS (UPDATE {schema}.flow_slots f SET owner = NULL
+           WHERE (f.key, f.n) IN (SELECT key, n FROM {schema}.flow_slots
+                                   WHERE owner IN (SELECT e.owner FROM expired e JOIN upd ON upd.id = e.id)
+                                     FOR UPDATE SKIP LOCKED))
 SELECT id, state FROM upd, woken ORDER BY id;
 
 -- name: cancel_running
 -- A claimed-lease job: cancelled directly; the worker's fenced finishing write will be refused. A
 -- finishing write: its waiters are notified.
-WITH upd AS (
+WITH was AS MATERIALIZED (SELECT owner FROM {schema}.jobs WHERE id = %(id)s AND state = 'running'),
+upd AS (
 UPDATE {schema}.jobs
    SET state = 'cancelled', finished_at = clock_timestamp(), owner = NULL, lease_expires_at = NULL,
        last_error = 'cancelled: ' || coalesce((SELECT reason FROM {schema}.job_cancellations WHERE job_id = %(id)s), '')
  WHERE id = %(id)s AND state = 'running'
 RETURNING id),
-requests_done AS (DELETE FROM {schema}.job_cancellations WHERE job_id IN (SELECT id FROM upd))
+requests_done AS (DELETE FROM {schema}.job_cancellations WHERE job_id IN (SELECT id FROM upd)),
+-- the flow-control slots its owner held (see `claim_flow`): free again
+freed AS (UPDATE {schema}.flow_slots f SET owner = NULL
+           WHERE (f.key, f.n) IN (SELECT key, n FROM {schema}.flow_slots
+                                   WHERE owner = (SELECT owner FROM was) AND EXISTS (SELECT FROM upd)
+                                     FOR UPDATE SKIP LOCKED))
 SELECT id, (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_waiters w
              WHERE w.job_id IN (SELECT id FROM upd))
   FROM upd;
+
+-- ==== flow control (docs/flow-control.md; migration 13; Python in leasing.py / worker/flow.py) =====
+-- A job is flow-controlled when its task has limits in the worker's code (%(lt_*)s: parallel arrays
+-- of task, concurrency, partition_by, seconds between starts) or its queue has a row in
+-- queue_limits. Such jobs are claimed only by `claim_flow` (the plain claims pass only unlimited
+-- tasks and skip limited queues), one at a time. A job's keys, each a JSON array text (no separator
+-- can make two keys equal): ["task", task] -- or ["task", task, partition] when the job has an
+-- explicit partition or its task a `partition_by` (then the argument's text, '' if absent) -- and
+-- ["queue", queue]. Each key with a concurrency limit N has the slots (key, 1..N) in flow_slots;
+-- each with a rate has a row in flow_rates.
+--
+-- Invariants:
+-- * a flow-controlled job runs only while its lease holds one slot numbered <= N of each of its
+--   concurrency keys, so at most N of them run at once, whatever the workers and lease modes.
+--   Transaction lease: the slot's row lock, taken by `claim_flow` in the job's lease transaction,
+--   lasts exactly as long as the job's lease (released by the same COMMIT or rollback, by a killed
+--   session too). Claimed lease: `own_slots` writes the job's owner into its slots in the claim
+--   transaction (one commit with the job's 'running' row); every path out of 'running' (complete,
+--   record_outcome, rescue_expired, cancel_running) clears that owner's slots in the same statement,
+--   without waiting: a slot row some claim has locked meanwhile (a claim that found it owned only on
+--   re-checking its newest version keeps that lock until its own transaction ends) is skipped, and
+--   `release_stale_slots` (the rescuer's pass) clears it once unlocked. A slot is free when it is
+--   neither locked nor owned; `owner IS NULL` is re-checked on the row's newest version when it is
+--   locked (READ COMMITTED re-evaluation), so two claims never both take one slot.
+-- * held back is not failed: a claim that cannot get every slot (or, after it, every rate start)
+--   rolls its transaction back before any attempt is counted -- the job is untouched.
+-- * no waiting: every lock here is SKIP LOCKED, except the rate rows (`take_starts`), locked only
+--   by short autocommit statements, in key order.
+
+-- name: claim_flow
+-- Lock the first available flow-controlled job (priority, id) of %(queues)s (NULL: every queue) and
+-- %(tasks)s, skipping the keys the caller found full or held back this round (%(held_queues)s,
+-- %(held_tasks)s: whole queues and unpartitioned tasks, filtered on the index entry; %(held)s: other
+-- keys, checked per row), then one free slot of each of its concurrency keys (SKIP LOCKED). Returns
+-- the job with, per key: the key, the slot taken (NULL: none free), the slots that exist (fewer than
+-- the limit: the caller creates them with `ensure_slots`), the seconds between starts (a rate).
+-- The caller rolls back unless every slot was taken.
+WITH lt AS MATERIALIZED (
+SELECT * FROM unnest(%(lt_tasks)s::text[], %(lt_concurrency)s::int[], %(lt_partition_by)s::text[],
+                     %(lt_every)s::float8[]) AS lt(task, concurrency, partition_by, every)),
+ql AS MATERIALIZED (
+SELECT queue, concurrency, rate_period / rate_count AS every FROM {schema}.queue_limits),
+j AS MATERIALIZED (
+SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at,
+       now() AS claimed_at, j.partition
+  FROM {schema}.jobs j
+ WHERE j.state = 'queued' AND j.run_at <= now() AND j.task = ANY(%(tasks)s::text[])
+   AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+   AND j.queue <> ALL(%(held_queues)s::text[]) AND j.task <> ALL(%(held_tasks)s::text[])
+   AND (j.task = ANY(%(lt_tasks)s::text[]) OR j.queue = ANY(ARRAY(SELECT queue FROM ql)))
+   -- paused queues, as the plain claims test them (once per claim, not a join per row)
+   AND (NOT EXISTS (SELECT FROM {schema}.paused_queues)
+        OR j.queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues)))
+   AND (cardinality(%(held)s::text[]) = 0
+        OR jsonb_build_array('task', j.task, coalesce(j.partition,
+             j.args ->> (SELECT lt.partition_by FROM lt WHERE lt.task = j.task), ''))::text <> ALL(%(held)s::text[]))
+ ORDER BY j.priority, j.id
+ LIMIT 1
+   FOR UPDATE OF j SKIP LOCKED),
+k AS MATERIALIZED (
+SELECT x.key, x.lim, x.every
+  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue,
+       LATERAL (VALUES
+         (CASE WHEN j.partition IS NULL AND lt.partition_by IS NULL THEN jsonb_build_array('task', j.task)
+               ELSE jsonb_build_array('task', j.task, coalesce(j.partition, j.args ->> lt.partition_by, '')) END::text,
+          lt.concurrency, lt.every),
+         (jsonb_build_array('queue', j.queue)::text, ql.concurrency, ql.every)) AS x(key, lim, every)
+ WHERE x.lim IS NOT NULL OR x.every IS NOT NULL),
+s AS MATERIALIZED (
+SELECT k.key, k.lim, k.every,
+       CASE WHEN k.lim IS NOT NULL THEN
+         (SELECT f.n FROM {schema}.flow_slots f
+           WHERE f.key = k.key AND f.n <= k.lim AND f.owner IS NULL
+           ORDER BY f.n LIMIT 1
+             FOR UPDATE SKIP LOCKED) END AS n,
+       CASE WHEN k.lim IS NOT NULL THEN
+         (SELECT count(*) FROM {schema}.flow_slots f WHERE f.key = k.key AND f.n <= k.lim) END AS have
+  FROM k)
+SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at,
+       ARRAY(SELECT key FROM s ORDER BY key), ARRAY(SELECT lim FROM s ORDER BY key),
+       ARRAY(SELECT n FROM s ORDER BY key), ARRAY(SELECT have FROM s ORDER BY key),
+       ARRAY(SELECT every FROM s ORDER BY key), j.partition
+  FROM j;
+
+-- name: claim_flow_fair
+-- `claim_flow` for one fair queue (queue_limits.fair), round-robin across its partitions: the first
+-- available job, in (priority, id) order, of the first partition after %(after)s (the partition
+-- this worker process claimed from last; NULL: from the first) -- one descent of jobs_fair_idx
+-- per claim, whatever the number of partitions or of their waiting jobs (a partition whose jobs are
+-- all locked is stepped over on the index). The caller wraps round (NULL) when nothing comes after,
+-- so a lone partition still gets every claim (work-conserving), and falls back to `claim_flow` for
+-- the queue's jobs with no partition. Priorities hold within a partition, not across them. The keys,
+-- slots and the result are `claim_flow`'s.
+WITH lt AS MATERIALIZED (
+SELECT * FROM unnest(%(lt_tasks)s::text[], %(lt_concurrency)s::int[], %(lt_partition_by)s::text[],
+                     %(lt_every)s::float8[]) AS lt(task, concurrency, partition_by, every)),
+ql AS MATERIALIZED (
+SELECT queue, concurrency, rate_period / rate_count AS every FROM {schema}.queue_limits),
+j AS MATERIALIZED (
+SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at,
+       now() AS claimed_at, j.partition
+  FROM {schema}.jobs j
+ WHERE j.state = 'queued' AND j.queue = %(queue)s AND j.partition IS NOT NULL
+   AND (%(after)s::text IS NULL OR j.partition > %(after)s)
+   AND j.run_at <= now() AND j.task = ANY(%(tasks)s::text[]) AND j.task <> ALL(%(held_tasks)s::text[])
+   AND NOT EXISTS (SELECT FROM {schema}.paused_queues p WHERE p.queue = %(queue)s)
+   AND (cardinality(%(held)s::text[]) = 0
+        OR jsonb_build_array('task', j.task, coalesce(j.partition,
+             j.args ->> (SELECT lt.partition_by FROM lt WHERE lt.task = j.task), ''))::text <> ALL(%(held)s::text[]))
+ ORDER BY j.partition, j.priority, j.id
+ LIMIT 1
+   FOR UPDATE OF j SKIP LOCKED),
+k AS MATERIALIZED (
+SELECT x.key, x.lim, x.every
+  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue,
+       LATERAL (VALUES
+         (CASE WHEN j.partition IS NULL AND lt.partition_by IS NULL THEN jsonb_build_array('task', j.task)
+               ELSE jsonb_build_array('task', j.task, coalesce(j.partition, j.args ->> lt.partition_by, '')) END::text,
+          lt.concurrency, lt.every),
+         (jsonb_build_array('queue', j.queue)::text, ql.concurrency, ql.every)) AS x(key, lim, every)
+ WHERE x.lim IS NOT NULL OR x.every IS NOT NULL),
+s AS MATERIALIZED (
+SELECT k.key, k.lim, k.every,
+       CASE WHEN k.lim IS NOT NULL THEN
+         (SELECT f.n FROM {schema}.flow_slots f
+           WHERE f.key = k.key AND f.n <= k.lim AND f.owner IS NULL
+           ORDER BY f.n LIMIT 1
+             FOR UPDATE SKIP LOCKED) END AS n,
+       CASE WHEN k.lim IS NOT NULL THEN
+         (SELECT count(*) FROM {schema}.flow_slots f WHERE f.key = k.key AND f.n <= k.lim) END AS have
+  FROM k)
+SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at,
+       ARRAY(SELECT key FROM s ORDER BY key), ARRAY(SELECT lim FROM s ORDER BY key),
+       ARRAY(SELECT n FROM s ORDER BY key), ARRAY(SELECT have FROM s ORDER BY key),
+       ARRAY(SELECT every FROM s ORDER BY key), j.partition
+  FROM j;
+
+
+-- name: release_stale_slots
+-- The rescuer's pass: slots still owned by an owner no running job has (its finishing write found the
+-- slot locked, see above). The candidates come from this statement's snapshot; each is re-checked as
+-- it is locked (owner still the one seen: a slot taken again since by a new owner is left alone) and
+-- a locked one is skipped -- it is tried again next pass. Returns how many were freed.
+WITH stale AS MATERIALIZED (
+SELECT f.key, f.n, f.owner FROM {schema}.flow_slots f
+ WHERE f.owner IS NOT NULL AND NOT EXISTS (SELECT FROM {schema}.jobs j WHERE j.owner = f.owner)),
+mine AS (
+SELECT f.key, f.n FROM {schema}.flow_slots f JOIN stale s ON s.key = f.key AND s.n = f.n
+ WHERE f.owner = s.owner
+   FOR UPDATE OF f SKIP LOCKED),
+upd AS (
+UPDATE {schema}.flow_slots f SET owner = NULL FROM mine WHERE f.key = mine.key AND f.n = mine.n RETURNING 1)
+SELECT count(*) FROM upd;
+
+-- name: ensure_slots
+-- The slots (key, 1..limit) of limited keys, created once (autocommit, on the bookkeeping session:
+-- never in a lease). ON CONFLICT DO NOTHING: rows that exist -- locked or owned -- are left alone.
+INSERT INTO {schema}.flow_slots (key, n)
+SELECT w.key, generate_series(1, w.lim)
+  FROM unnest(%(keys)s::text[], %(lims)s::int[]) AS w(key, lim)
+ON CONFLICT (key, n) DO NOTHING;
+
+-- name: own_slots
+-- Claimed lease, in the claim transaction (which holds these slots' row locks): the slots now
+-- belong to the job's owner and outlive the transaction; see the invariants above for who frees them.
+UPDATE {schema}.flow_slots f SET owner = %(owner)s::uuid
+  FROM unnest(%(keys)s::text[], %(ns)s::int[]) AS w(key, n)
+ WHERE f.key = w.key AND f.n = w.n;
+
+-- name: ensure_rates
+INSERT INTO {schema}.flow_rates (key, tat)
+SELECT unnest(%(keys)s::text[]), '-infinity'
+ON CONFLICT (key) DO NOTHING;
+
+-- name: take_starts
+-- Rate limits, GCRA (the virtual-scheduling form of a token bucket of one): a key allows a start
+-- when its theoretical arrival time `tat` has come, and the start moves it to greatest(tat, now) +
+-- %(every)s seconds -- starts are spaced evenly, never bunched at the edge of a window. All the
+-- keys of one job or none: their rows are locked in key order (no deadlock between two callers),
+-- only by statements like this one (autocommit, short), and moved only if every key allows it.
+-- Returns (granted, every key's row exists, the keys that refused and how long until each allows).
+WITH t AS MATERIALIZED (SELECT clock_timestamp() AS at),
+want AS (SELECT * FROM unnest(%(keys)s::text[], %(every)s::float8[]) AS w(key, every)),
+cur AS MATERIALIZED (
+SELECT r.key, r.tat FROM {schema}.flow_rates r WHERE r.key = ANY(%(keys)s::text[]) ORDER BY r.key FOR UPDATE),
+ok AS MATERIALIZED (
+SELECT (SELECT count(*) FROM cur) = cardinality(%(keys)s::text[])
+       AND NOT EXISTS (SELECT FROM cur, t WHERE cur.tat > t.at) AS granted),
+upd AS (
+UPDATE {schema}.flow_rates r SET tat = greatest(r.tat, t.at) + w.every * interval '1 second'
+  FROM want w, ok, t
+ WHERE ok.granted AND r.key = w.key
+RETURNING r.key)
+SELECT ok.granted, (SELECT count(*) FROM cur) = cardinality(%(keys)s::text[]),
+       ARRAY(SELECT cur.key FROM cur, t WHERE cur.tat > t.at ORDER BY cur.key),
+       ARRAY(SELECT extract(epoch FROM cur.tat - t.at)::float8 FROM cur, t WHERE cur.tat > t.at ORDER BY cur.key),
+       (SELECT count(*) FROM upd)
+  FROM ok;
+
+-- name: set_queue_limit
+-- Per-queue limits (`skiplock limit`; the caller deletes the row instead when no limit is left, so
+-- the plain claims take the queue again). Running workers read the new row at their next claim.
+INSERT INTO {schema}.queue_limits AS l (queue, concurrency, rate_count, rate_period, fair)
+VALUES (%(queue)s, %(concurrency)s, %(rate_count)s, %(rate_period)s, %(fair)s)
+ON CONFLICT (queue) DO UPDATE
+   SET concurrency = EXCLUDED.concurrency, rate_count = EXCLUDED.rate_count, rate_period = EXCLUDED.rate_period,
+       fair = EXCLUDED.fair, updated_at = now();
+
+-- name: clear_queue_limit
+DELETE FROM {schema}.queue_limits WHERE queue = %(queue)s RETURNING queue;
+
+-- name: queue_limits
+SELECT queue, concurrency, rate_count, rate_period, updated_at, fair FROM {schema}.queue_limits ORDER BY queue;
 
 -- name: worker_seen
 -- A worker says it is alive, with what it can take: inserted at start, last_seen refreshed every few

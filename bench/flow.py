@@ -1,0 +1,59 @@
+"""Flow control's claim throughput (docs/flow-control.md), each as a ratio to the unlimited drain
+measured in the same run (``drain``): N no-op jobs, one worker process with the drain's slots, until
+all are done -- the same measurement as bench/drain.py (first claim to last completion, server clock).
+
+- ``limits``: a per-partition limit (``concurrency=2, partition_by="k"``) over 1,000 keys and a
+  global limit of 50 on their queue (neither binds at this concurrency: what enforcing them costs);
+- ``rate``: a rate far above the drain (1,000,000/min): what taking a start costs;
+- ``fair``: a fair queue, jobs over 1,000 partitions: what the round-robin claim costs.
+
+Flow-controlled jobs are claimed one per claim (no batches), so the ratio also shows what batching
+gives the unlimited drain. The issue's goal: >= 0.8 x unlimited for limits and fairness.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+from .common import Context, Figure, checkpoint, fresh_db
+from .drain import check_drained
+from .tasks import FLOW_ENV, add_flow_tasks, make_app
+
+PARTITIONS = 1000
+CASES = {
+    "limits": ("noop_limited", "flow_limited", {"concurrency": 50}),
+    "rate": ("noop_rated", "flow_rated", None),
+    "fair": ("noop_fair", "flow_fair", {"fair": True}),
+}
+
+
+def run(ctx: Context) -> list[Figure]:
+    n = max(1000, ctx.sizes.drain_jobs // 4)
+    concurrency = max(ctx.drain_concurrency)
+    figures: list[Figure] = []
+    for case, (task, queue, queue_limits) in CASES.items():
+        ctx.log(f"flow: {case}, {n:,} no-op jobs, 1 worker process, concurrency {concurrency}")
+        with fresh_db(ctx.server, f"flow_{case}") as dsn:
+            app = make_app(dsn)
+            add_flow_tasks(app)
+            try:
+                if queue_limits is not None:
+                    app.set_queue_limits(queue, **queue_limits)
+                args = [({"k": i % PARTITIONS} if case == "limits" else {}) for i in range(n)]
+                opts = [({"partition": f"p{i % PARTITIONS}"} if case == "fair" else {}) for i in range(n)]
+                app.enqueue_many([(task, a, o) for a, o in zip(args, opts)])
+            finally:
+                app.close()
+            with psycopg.connect(dsn, autocommit=True) as c:
+                c.execute("ANALYZE skiplock.jobs")
+            checkpoint(dsn)
+            finished = ctx.worker(dsn, concurrency, env={FLOW_ENV: "1"}).wait(timeout=max(120.0, n / 20))
+            if finished.returncode != 0:
+                raise RuntimeError(f"flow {case} worker: exit {finished.returncode}\n{finished.stderr[-2000:]}")
+            checked = check_drained(dsn, n)
+        ctx.raw[f"flow_{case}"] = {"jobs": n, "concurrency": concurrency, "wall_s": finished.wall_s, **checked}
+        ctx.log(f"flow: {case}: {checked['throughput']:,.0f} jobs/s")
+        figures.append(Figure(f"flow ({case})", f"claim throughput, {n:,} no-op jobs, 1 process x {concurrency} slots",
+                              checked["throughput"], "jobs/s", reference="unlimited drain",
+                              baseline_key="drain.throughput", goal=">= 0.8" if case != "rate" else None))
+    return figures

@@ -1,0 +1,257 @@
+"""The worker's flow claim (docs/flow-control.md): jobs whose task has limits in this worker's code,
+or whose queue has limits in the database, are claimed here, one at a time, never by the plain claim.
+
+One claim round, in a fresh lease transaction each try (``Backend.claim_flow``, ``claim_flow`` in
+backend/postgres/queries.sql):
+
+1. lock the first available flow-controlled job and one free slot of each of its concurrency keys;
+2. a key short of a slot: roll back (the job is untouched: no attempt used) and try again without
+   that key's jobs this round -- without waiting on anything (SKIP LOCKED throughout); a key whose
+   slot rows do not exist yet (a new partition, a raised limit) gets them, created once on the
+   bookkeeping session, and is tried again;
+3. every slot taken: if a key has a rate, take one start of every rate key of the job, all or none,
+   on the bookkeeping session (``take_starts``: a short autocommit statement); refused, roll back
+   and hold that key back in this process until its next start is due (no slot polls for it before
+   then: an idle slot's wait ends at the earliest such time, see ``next_due``).
+
+So at most N jobs of a key with ``concurrency=N`` hold its slots, and a held-back job is neither
+failed nor charged an attempt.
+
+A fair queue (``queue_limits.fair``) is claimed round-robin across its partitions first
+(``claim_flow_fair``): each process keeps the partition it claimed from last, per queue, and the
+next claim takes the first partition after it (wrapping round); a partition found full or held back
+is stepped over the same way (one index descent, not a scan of its jobs). Queue limits are read by every claim (live); which queues have limits
+is also kept here, refreshed at most every ``REFRESH_SECONDS``, to know which flow claims to run."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ..backend.base import ClaimedJob, TaskLimits
+from ..errors import ConfigurationError
+from ..flow import NOT_SUPPORTED
+
+if TYPE_CHECKING:
+    from ..app import App
+    from ..backend.base import Lease
+    from .bookkeeping import Bookkeeping
+
+# How often a worker re-reads which queues have limits (each claim reads the limits themselves).
+REFRESH_SECONDS = 1.0
+# Tries of one claim round (each rules out the keys found full): then the round reports nothing.
+MAX_TRIES = 16
+
+
+class FlowControl:
+    """One worker's flow claim; shared by its slots (the held-back keys are per process)."""
+
+    def __init__(self, app: "App", queues: Sequence[str] | None, fail_unknown_tasks: bool):
+        self.app = app
+        self.backend: Any = app.backend
+        self.queues = None if queues is None else list(queues)
+        tasks = app.tasks.values()
+        self.limits = [TaskLimits(t.name, t.concurrency, t.partition_by,
+                                  None if t.rate is None else t.rate[1] / t.rate[0]) for t in tasks if t.limited]
+        self.limited_tasks = sorted(t.task for t in self.limits)
+        self.unlimited_tasks = sorted(t.name for t in tasks if not t.limited)
+        self.supported = self.backend.capabilities.flow_control
+        if self.limits and not self.supported:
+            raise ConfigurationError(f"task limits (concurrency, rate, partition_by: {', '.join(self.limited_tasks)}) "
+                                     f"{NOT_SUPPORTED}")
+        if self.limits and fail_unknown_tasks:
+            raise ConfigurationError("fail_unknown_tasks cannot be combined with task limits (concurrency, rate, "
+                                     f"partition_by: {', '.join(self.limited_tasks)}): such a worker claims every task")
+        self._lock = threading.Lock()
+        self._held: dict[str, float] = {}  # rate-limited key -> monotonic time its next start is due
+        self._limited_queues: list[str] = []
+        self._fair_queues: list[str] = []
+        self._cursor: dict[str, str | None] = {}  # fair queue -> the partition claimed from last
+        self._read_at = float("-inf")
+        self._waker: int | None = None  # the slot woken when the next held-back start is due
+
+    # ---- what to claim ---------------------------------------------------------------------------
+
+    def limited_queues(self) -> list[str]:
+        """This worker's queues that have limits now (re-read at most every REFRESH_SECONDS)."""
+        if not self.supported:
+            return []
+        now = time.monotonic()
+        if now - self._read_at >= REFRESH_SECONDS:
+            rows = [r for r in self.backend.queue_limits() if self.queues is None or r[0] in self.queues]
+            with self._lock:
+                self._limited_queues = [r[0] for r in rows]
+                self._fair_queues = [r[0] for r in rows if r[5]]
+                self._read_at = now
+        return self._limited_queues
+
+    def active(self) -> bool:
+        return bool(self.limits) or bool(self.limited_queues())
+
+    def next_due(self, slot: int | None = None) -> float | None:
+        """Seconds until the earliest held-back key may start again (None: none held) -- for the
+        one slot of this process that last found a key held back (``slot``; any slot if None): the
+        others keep their usual wait, so a due start wakes one slot per process, not all of them."""
+        with self._lock:
+            if not self._held or (slot is not None and slot != self._waker):
+                return None
+            return max(0.0, min(self._held.values()) - time.monotonic())
+
+    def holding(self) -> bool:
+        """Some key is held back by its rate in this process (its jobs are not "none available")."""
+        return bool(self._held_now())
+
+    def _held_now(self) -> list[str]:
+        now = time.monotonic()
+        with self._lock:
+            for key in [k for k, until in self._held.items() if until <= now]:
+                del self._held[key]
+            return list(self._held)
+
+    def _hold(self, waits: dict[str, float], slot: int | None) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._waker = slot
+            for key, seconds in waits.items():
+                self._held[key] = max(self._held.get(key, 0.0), now + max(seconds, 0.0))
+
+    # ---- claiming --------------------------------------------------------------------------------
+
+    def claim(self, lease: "Lease", bookkeeping: "Bookkeeping", slot: int | None = None) -> list[ClaimedJob]:
+        """One flow-controlled job locked in a new transaction of ``lease`` with its slots, its rate
+        starts taken -- or [] with no transaction open (nothing available, or all of it held back)."""
+        plans: list[tuple[list[str] | None, list[str]]] = []
+        if self.limits:
+            plans.append((self.queues, self.limited_tasks))
+        limited_queues = self.limited_queues()
+        for queue in self._fair_queues:
+            job = self._fair_round(lease, bookkeeping, queue, slot)
+            if job is not None:
+                return [job]
+        if limited_queues and self.unlimited_tasks:
+            plans.append((limited_queues, self.unlimited_tasks))
+        for queues, tasks in plans:
+            job = self._claim_round(lease, bookkeeping, queues, tasks, slot)
+            if job is not None:
+                return [job]
+        return []
+
+    def _claim_round(self, lease: "Lease", bookkeeping: "Bookkeeping", queues: list[str] | None,
+                     tasks: list[str], slot: int | None) -> ClaimedJob | None:
+        backend = self.backend
+        held_queues: list[str] = []
+        held_tasks: list[str] = []
+        held_keys: list[str] = []
+        for key in self._held_now():
+            _rule_out(key, held_queues, held_tasks, held_keys)
+        for _ in range(MAX_TRIES):
+            # A queue or task held back leaves the lists the scan walks (index conditions), so a full
+            # one costs the next try nothing; only a worker serving every queue filters them per row.
+            tasks = [t for t in tasks if t not in held_tasks]
+            if queues is not None:
+                queues = [q for q in queues if q not in held_queues]
+            if not tasks or queues == []:
+                return None
+            lease.begin()
+            try:
+                got = backend.claim_flow(lease, queues, tasks, self.limits, held_queues, held_tasks, held_keys)
+            except BaseException:
+                lease.rollback()
+                raise
+            if got is None:
+                lease.rollback()
+                return None
+            job, keys, _ = got
+            missing = [(k.key, k.limit) for k in keys if k.limit is not None and (k.slots_existing or 0) < k.limit]
+            full = [k.key for k in keys if k.limit is not None and k.slot is None]
+            if missing or full:
+                lease.rollback()
+                if missing:
+                    bookkeeping.run(lambda c: backend.ensure_slots(c, missing))
+                created = {key for key, _ in missing}
+                for key in full:
+                    if key not in created:  # full: its slots exist and are all taken
+                        _rule_out(key, held_queues, held_tasks, held_keys)
+                continue
+            rates = [(k.key, k.every) for k in keys if k.every is not None]
+            if rates:
+                granted, waits = bookkeeping.run(lambda c: backend.take_starts(c, rates))
+                if not granted:
+                    lease.rollback()
+                    self._hold(waits, slot)
+                    for key in waits:
+                        _rule_out(key, held_queues, held_tasks, held_keys)
+                    continue
+            return job
+        return None
+
+
+    def _fair_round(self, lease: "Lease", bookkeeping: "Bookkeeping", queue: str, slot: int | None) -> ClaimedJob | None:
+        """One fair claim of ``queue``: the first available job of the first partition after this
+        process's cursor, wrapping round once; a partition short of a slot or a start is stepped over."""
+        backend = self.backend
+        tasks = sorted(self.app.tasks)
+        held_queues: list[str] = []
+        held_tasks: list[str] = []
+        held_keys: list[str] = []
+        for key in self._held_now():
+            _rule_out(key, held_queues, held_tasks, held_keys)
+        if queue in held_queues:
+            return None
+        after = self._cursor.get(queue)
+        wrapped = after is None
+        queue_key = json.dumps(["queue", queue])
+        for _ in range(MAX_TRIES):
+            lease.begin()
+            try:
+                got = backend.claim_flow(lease, None, tasks, self.limits, held_queues, held_tasks, held_keys,
+                                         fair_queue=queue, after=after)
+            except BaseException:
+                lease.rollback()
+                raise
+            if got is None:
+                lease.rollback()
+                if wrapped:
+                    return None
+                after, wrapped = None, True
+                continue
+            job, keys, partition = got
+            missing = [(k.key, k.limit) for k in keys if k.limit is not None and (k.slots_existing or 0) < k.limit]
+            full = [k.key for k in keys if k.limit is not None and k.slot is None]
+            if missing:
+                lease.rollback()
+                bookkeeping.run(lambda c: backend.ensure_slots(c, missing))
+                continue
+            refused: list[str] = full
+            if not full:
+                rates = [(k.key, k.every) for k in keys if k.every is not None]
+                if rates:
+                    granted, waits = bookkeeping.run(lambda c: backend.take_starts(c, rates))
+                    if not granted:
+                        self._hold(waits, slot)
+                        refused = list(waits)
+            if refused:
+                lease.rollback()
+                if queue_key in refused:
+                    return None  # the whole queue is at its limit
+                for key in refused:
+                    if json.loads(key)[0] == "task" and len(json.loads(key)) == 2:
+                        held_tasks.append(json.loads(key)[1])
+                after = partition  # step over this partition
+                continue
+            self._cursor[queue] = partition
+            return job
+        return None
+
+
+def _rule_out(key: str, held_queues: list[str], held_tasks: list[str], held_keys: list[str]) -> None:
+    """Leave ``key``'s jobs out of the rest of this claim round: a whole queue or unpartitioned task
+    is left out on the index entry (``held_queues``/``held_tasks``), a partition per row."""
+    parts = json.loads(key)
+    if len(parts) == 2:
+        (held_queues if parts[0] == "queue" else held_tasks).append(parts[1])
+    elif key not in held_keys:
+        held_keys.append(key)
+

@@ -1,0 +1,66 @@
+"""Fair scheduling across partitions (docs/flow-control.md, `claim_flow_fair`): in a fair queue one
+partition with 1,000 ready jobs (the issue's 10,000, scaled down) and nine with 10 each, enqueued
+after it -- the small partitions' jobs all start within the first ~100 claims (round-robin: ten
+rounds of ten partitions), a high-priority job of the big partition starts in its first round
+(priorities hold within a partition), and a lone partition still gets every claim (work-conserving)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import psycopg
+from support import wait_for
+
+import skiplock
+
+BIG, SMALL, SMALL_JOBS = 1000, 9, 10
+
+
+def make_app(dsn: str) -> skiplock.App:
+    app = skiplock.App(dsn)
+
+    @app.task("fair_job", queue="fair")
+    def fair_job(job, part):
+        job.conn.execute("INSERT INTO flow_runs (job_id, part, started, ended, pid) "
+                         "VALUES (%s, %s, clock_timestamp(), clock_timestamp(), pg_backend_pid())",
+                         (job.id, part))
+
+    return app
+
+
+def run_until(app: skiplock.App, condition: Any) -> None:
+    worker = app.worker(concurrency=2, poll_interval=0.05, handle_signals=False, adaptive_limit=False)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(condition, timeout=60, what="the runs")
+    finally:
+        worker.stop()
+        thread.join(30)
+
+
+def test_small_partitions_are_not_delayed_by_a_big_one(dsn: str, runs: psycopg.Connection[Any]) -> None:
+    app = make_app(dsn)
+    app.set_queue_limits("fair", fair=True)
+    app.enqueue_many([("fair_job", {"part": "big"}, {"partition": "big"}) for _ in range(BIG - 1)])
+    urgent = app.enqueue("fair_job", {"part": "big"}, partition="big", priority=-5)
+    app.enqueue_many([("fair_job", {"part": f"s{p}"}, {"partition": f"s{p}"})
+                      for p in range(SMALL) for _ in range(SMALL_JOBS)])
+    small = SMALL * SMALL_JOBS
+    run_until(app, lambda: runs.execute("SELECT count(*) FROM flow_runs WHERE part <> 'big'").fetchone()[0] == small)
+    order = [r for r in runs.execute("SELECT job_id, part FROM flow_runs ORDER BY started, job_id")]
+    last_small = max(i for i, (_, part) in enumerate(order) if part != "big")
+    assert last_small < 110, f"the last small partition's job started as claim {last_small + 1}"
+    big_runs = [job_id for job_id, part in order if part == "big"]
+    assert urgent in big_runs[:2]  # among its first claims (2 slots) is its most urgent job
+    app.close()
+
+
+def test_a_lone_partition_gets_every_claim(dsn: str, runs: psycopg.Connection[Any]) -> None:
+    app = make_app(dsn)
+    app.set_queue_limits("fair", fair=True)
+    app.enqueue_many([("fair_job", {"part": "only"}, {"partition": "only"}) for _ in range(30)])
+    run_until(app, lambda: runs.execute("SELECT count(*) FROM flow_runs").fetchone()[0] == 30)
+    assert runs.execute("SELECT count(DISTINCT job_id) FROM flow_runs").fetchone()[0] == 30
+    app.close()

@@ -1,0 +1,78 @@
+"""The flow claims' plans (docs/flow-control.md): both walk an index in claim order -- never a
+sequential scan or a sort of the queued jobs -- with the worker's tasks checked on the index entries;
+and the fair claim's cost does not grow with the backlog of the partitions it steps over (buffers
+read by one claim, measured with EXPLAIN ANALYZE at two backlog sizes: 5,000 and 50,000 jobs)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+
+import skiplock
+
+LIMITS = {"lt_tasks": ["t"], "lt_concurrency": [2], "lt_partition_by": ["customer"], "lt_every": [None]}
+
+
+def params(**extra: Any) -> dict[str, Any]:
+    base = {"queues": None, "tasks": ["t"], "held_queues": [], "held_tasks": [], "held": [], "queue": None,
+            "after": None, **LIMITS}
+    base.update(extra)
+    return base
+
+
+def plan(dsn: str, query: str, values: dict[str, Any], analyze: bool = False) -> Any:
+    with psycopg.connect(dsn) as c:
+        c.execute("SET plan_cache_mode = force_generic_plan")
+        options = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
+        rows = c.execute(f"EXPLAIN ({options}) " + query, values).fetchone()[0]
+        c.rollback()
+    return rows[0]["Plan"]
+
+
+def nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    out = [node]
+    for child in node.get("Plans", []):
+        out += nodes(child)
+    return out
+
+
+def job_scans(root: dict[str, Any]) -> list[dict[str, Any]]:
+    return [n for n in nodes(root) if n.get("Relation Name") == "jobs"]
+
+
+def test_the_flow_claim_walks_the_claim_index_checking_tasks_on_its_entries(app: skiplock.App, dsn: str):
+    with psycopg.connect(dsn) as c:  # a backlog big enough for the planner to choose freely
+        c.execute("INSERT INTO skiplock.jobs (queue, task, args, priority) "
+                  "SELECT 'default', 't', jsonb_build_object('customer', g % 50), g % 10 FROM generate_series(1, 50000) g")
+        c.execute("ANALYZE skiplock.jobs")
+    for queues in (None, ["default"]):
+        root = plan(dsn, app.backend.q["claim_flow"], params(queues=queues))
+        scans = job_scans(root)
+        assert scans and all(n["Node Type"] == "Index Scan" for n in scans), json.dumps(root)[:3000]
+        sorts = [n for n in nodes(root) if n["Node Type"] == "Sort" and job_scans(n)]
+        assert not sorts, [n.get("Sort Key") for n in sorts]  # (a sort of the job's few keys is fine)
+        main = scans[0]
+        assert main["Index Name"] in ("jobs_claim_idx", "jobs_claim_any_idx")
+        assert "task = ANY" in main.get("Index Cond", ""), main
+
+
+@pytest.mark.parametrize("backlog", [5000, 50000])
+def test_the_fair_claim_steps_over_a_partitions_backlog_in_one_descent(app: skiplock.App, dsn: str, backlog: int,
+                                                                       request: pytest.FixtureRequest):
+    app.set_queue_limits("fair", fair=True)
+    with psycopg.connect(dsn) as c:
+        c.execute("INSERT INTO skiplock.jobs (queue, task, partition, priority) "
+                  "SELECT 'fair', 't', 'a', g %% 10 FROM generate_series(1, %s) g", [backlog])
+        c.execute("ANALYZE skiplock.jobs")
+    app.enqueue("t", {}, queue="fair", partition="b")
+    root = plan(dsn, app.backend.q["claim_flow_fair"], params(queue="fair", after="a"), analyze=True)
+    scans = job_scans(root)
+    assert scans[0]["Node Type"] == "Index Scan" and scans[0]["Index Name"] == "jobs_fair_idx", json.dumps(root)[:3000]
+    assert not [n for n in nodes(root) if n["Node Type"] == "Sort" and job_scans(n)]
+    read = sum(n.get("Shared Hit Blocks", 0) + n.get("Shared Read Blocks", 0) for n in scans)
+    # the claim reads the index's path down to partition "b" and b's row: a handful of pages, the same
+    # for a backlog of 5,000 or 50,000 (a B-tree a level deeper at most)
+    assert read <= 12, (backlog, read, json.dumps(root)[:3000])

@@ -1,0 +1,55 @@
+"""The claimed lease's slots (docs/flow-control.md, `release_stale_slots` in queries.sql): a
+finishing write never waits to free a slot some claim holds locked; the rescuer's pass frees a slot
+whose owner no running job has, and never one a running job owns, nor one it cannot lock."""
+
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+
+import skiplock
+
+
+def owned(db: psycopg.Connection, key: str) -> list:
+    return [r[0] for r in db.execute("SELECT owner FROM skiplock.flow_slots WHERE key = %s ORDER BY n", [key])]
+
+
+def test_the_rescuer_frees_only_the_slots_of_leases_that_ended(app: skiplock.App, db: psycopg.Connection, dsn: str):
+    live, gone, locked = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    db.execute("INSERT INTO skiplock.jobs (queue, task, args, state, owner, lease_expires_at) "
+               "VALUES ('q', 't', '{}', 'running', %s, now() + interval '1 hour')", [live])
+    db.execute("INSERT INTO skiplock.flow_slots (key, n, owner) VALUES ('k', 1, %s), ('k', 2, %s), ('k', 3, %s)",
+               [live, gone, locked])
+    with psycopg.connect(dsn) as holder:  # a claim that holds slot 3 locked
+        holder.execute("SELECT 1 FROM skiplock.flow_slots WHERE key = 'k' AND n = 3 FOR UPDATE")
+        assert app.backend.release_stale_slots() == 1  # never waits on slot 3
+        assert owned(db, "k") == [live, None, locked]
+    assert app.backend.release_stale_slots() == 1  # unlocked now
+    assert owned(db, "k") == [live, None, None]
+
+
+def test_a_finishing_write_does_not_wait_for_a_locked_slot(app: skiplock.App, db: psycopg.Connection, dsn: str):
+    @app.task("long", lease="claimed", concurrency=1)
+    def long(job):
+        pass
+
+    job_id = app.enqueue("long")
+    owner = uuid.uuid4()
+    db.execute("UPDATE skiplock.jobs SET state = 'running', owner = %s, attempts = 1, "
+               "lease_expires_at = now() + interval '1 hour' WHERE id = %s", [owner, job_id])
+    db.execute("INSERT INTO skiplock.flow_slots (key, n, owner) VALUES ('[\"task\", \"long\"]', 1, %s)", [owner])
+    claimed = app.backend.get_job(job_id)
+    assert claimed["state"] == "running"
+    with psycopg.connect(dsn) as holder:
+        holder.execute("SELECT 1 FROM skiplock.flow_slots FOR UPDATE")
+        holder.execute("SET lock_timeout = '5s'")
+        with psycopg.connect(dsn, autocommit=True) as fin:  # the fenced finish, as the worker writes it
+            fin.execute("SET lock_timeout = '2s'")
+            rows = fin.execute(app.backend.q["complete"], {  # type: ignore[attr-defined]
+                "id": job_id, "attempt": 1, "result": None, "started_at": None, "worker": "w", "owner": owner,
+                "notice": "x"}).fetchone()
+            assert rows[0] == 1  # done, without waiting for the locked slot
+        assert owned(db, '["task", "long"]') == [owner]  # left for the rescuer
+    assert app.backend.release_stale_slots() == 1
+    assert owned(db, '["task", "long"]') == [None]
