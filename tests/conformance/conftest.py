@@ -57,54 +57,6 @@ mariadb.capabilities = set()  # type: ignore[attr-defined]  # no server bound on
 # The tests of what the MySQL backend does not implement yet (issue 12), by test function, with the
 # reason: not generated for it (never skipped), and listed in README.md under "not yet on MariaDB".
 mariadb.not_yet = {  # type: ignore[attr-defined]
-    'test_a_finished_job_keeps_its_state_when_asked_to_cancel':
-        'the claimed lease (start_claimed, heartbeat, rescue_expired, cancel_running, fenced writes)',
-    'test_prune_deletes_only_finished_jobs_older_than_the_retention':
-        'the claimed lease (start_claimed, heartbeat, rescue_expired, cancel_running, fenced writes)',
-    'test_a_killed_lease_is_no_longer_shown_running':
-        'the read model (running_now, batches_in_flight, live_worker_rows, failure_classes, oldest_ready)',
-    'test_complete_batch_writes_done_for_the_given_ids_only_and_releases_the_rest':
-        'batched claims (start_batch, complete_batch; capabilities.batched_claims is False: claims of one job)',
-    'test_complete_batch_refuses_a_job_asked_to_cancel':
-        'batched claims (start_batch, complete_batch; capabilities.batched_claims is False: claims of one job)',
-    'test_the_jobs_of_a_batch_that_died_are_suspects_and_run_alone_counted':
-        'batched claims (start_batch, complete_batch; capabilities.batched_claims is False: claims of one job)',
-    'test_finish_undoes_the_handler_s_writes_then_records_and_a_batch_commit_writes_only_its_jobs':
-        'batched claims (start_batch, complete_batch; capabilities.batched_claims is False: claims of one job)',
-    'test_the_jobs_of_a_batch_are_not_shown_running_the_batch_is':
-        'batched claims (start_batch, complete_batch; capabilities.batched_claims is False: claims of one job)',
-    'test_start_claimed_counts_the_attempt_and_shows_running':
-        'the claimed lease (start_claimed, heartbeat, rescue_expired, cancel_running, fenced writes)',
-    'test_the_owner_completes_outside_any_lock':
-        'the claimed lease (start_claimed, heartbeat, rescue_expired, cancel_running, fenced writes)',
-    'test_the_fence_refuses_a_late_writer_after_a_rescue':
-        'the claimed lease (start_claimed, heartbeat, rescue_expired, cancel_running, fenced writes)',
-    'test_the_fence_refuses_a_late_writer_once_another_owner_runs_the_job':
-        'the claimed lease (start_claimed, heartbeat, rescue_expired, cancel_running, fenced writes)',
-    'test_the_rescuer_returns_an_expired_lease_to_the_queue_with_its_attempt_used':
-        'the claimed lease (start_claimed, heartbeat, rescue_expired, cancel_running, fenced writes)',
-    'test_the_rescuer_fails_a_job_after_its_last_attempt':
-        'the claimed lease (start_claimed, heartbeat, rescue_expired, cancel_running, fenced writes)',
-    'test_the_rescuer_leaves_live_leases_alone':
-        'the claimed lease (start_claimed, heartbeat, rescue_expired, cancel_running, fenced writes)',
-    'test_heartbeat_extends_only_leases_still_owned':
-        'the claimed lease (start_claimed, heartbeat, rescue_expired, cancel_running, fenced writes)',
-    'test_cancel_of_a_running_claimed_job_refuses_its_owner':
-        'the claimed lease (start_claimed, heartbeat, rescue_expired, cancel_running, fenced writes)',
-    'test_a_claimed_snooze_gives_its_attempt_back':
-        'the claimed lease (start_claimed, heartbeat, rescue_expired, cancel_running, fenced writes)',
-    'test_a_running_claimed_job_holds_its_unique_key':
-        'the claimed lease (start_claimed, heartbeat, rescue_expired, cancel_running, fenced writes)',
-    'test_a_claimed_lease_job_shows_running_with_its_expiry':
-        'the claimed lease (start_claimed, heartbeat, rescue_expired, cancel_running, fenced writes)',
-    'test_an_outcome_for_a_row_locked_elsewhere_is_kept_pending_then_folded_in_exactly_once':
-        'pending errors (an outcome whose row is locked elsewhere is kept in job_attempts, folded in later)',
-    'test_the_last_attempts_pending_error_fails_the_job_with_that_error':
-        'pending errors (an outcome whose row is locked elsewhere is kept in job_attempts, folded in later)',
-    'test_an_attempt_whose_outcome_is_pending_is_not_shown_running':
-        'pending errors (an outcome whose row is locked elsewhere is kept in job_attempts, folded in later)',
-    'test_ending_the_lease_holder_returns_the_job_for_its_cancellation':
-        'end_lease_holder (ending the session holding a job to cancel it)',
     'test_retrying_a_failed_job_whose_key_a_newer_job_holds_is_refused_and_reported':
         'retry_failed (retry every failed job of a queue)',
     'test_a_cron_tick_is_enqueued_exactly_once':
@@ -127,16 +79,6 @@ mariadb.not_yet = {  # type: ignore[attr-defined]
         "wake-ups (no LISTEN/NOTIFY on MySQL: the worker polls; job waiters' wake-ups not designed yet)",
     'test_an_enqueue_wakes_idle_workers_at_commit':
         "wake-ups (no LISTEN/NOTIFY on MySQL: the worker polls; job waiters' wake-ups not designed yet)",
-    'test_a_transaction_lease_job_in_flight_shows_running_everywhere':
-        'the read model (running_now, batches_in_flight, live_worker_rows, failure_classes, oldest_ready)',
-    'test_failures_are_counted_by_error_class':
-        'the read model (running_now, batches_in_flight, live_worker_rows, failure_classes, oldest_ready)',
-    'test_the_oldest_ready_job_is_reported_per_queue_without_jobs_in_flight':
-        'the read model (running_now, batches_in_flight, live_worker_rows, failure_classes, oldest_ready)',
-    'test_workers_are_listed_while_live_and_gone_once_they_say_so':
-        'worker presence (worker_seen, worker_gone, live_workers, untakeable)',
-    'test_jobs_no_live_worker_can_take_are_reported':
-        'worker presence (worker_seen, worker_gone, live_workers, untakeable)',
 }
 
 # One entry per backend; a test id names it (``test_x[postgres]``).
