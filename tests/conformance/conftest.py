@@ -57,12 +57,6 @@ mariadb.capabilities = set()  # type: ignore[attr-defined]  # no server bound on
 # The tests of what the MySQL backend does not implement yet (issue 12), by test function, with the
 # reason: not generated for it (never skipped), and listed in README.md under "not yet on MariaDB".
 mariadb.not_yet = {  # type: ignore[attr-defined]
-    'test_retrying_a_failed_job_whose_key_a_newer_job_holds_is_refused_and_reported':
-        'retry_failed (retry every failed job of a queue)',
-    'test_a_cron_tick_is_enqueued_exactly_once':
-        'cron ticks (enqueue_tick, last_tick, prune_ticks)',
-    'test_the_connection_budget_counts_the_sessions_open':
-        'connection_budget (max_connections, per-user limits)',
     'test_complete_wakes_waiters':
         "wake-ups (no LISTEN/NOTIFY on MySQL: the worker polls; job waiters' wake-ups not designed yet)",
     'test_a_failed_or_cancelled_record_wakes_waiters':

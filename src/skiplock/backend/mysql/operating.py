@@ -9,7 +9,14 @@ from datetime import datetime, timedelta
 from typing import Any, Sequence
 
 from .connections import MySQLConnections
+from ...errors import DatabaseError, DatabaseUnavailable
+from ..base import NewJob
 from .sql import _job, _naive_utc, _utc
+
+RETRY_ATTEMPTS = 5
+# InnoDB purges deleted rows in the background (no vacuum): the pruner's pass is bounded by this
+# many rows / 2 so one pass never holds many row locks or bloats the undo log.
+PRUNE_PASS_ROWS = 2000.0
 
 
 class Operating(MySQLConnections):
@@ -196,3 +203,65 @@ class Operating(MySQLConnections):
     def untakeable(self, live_seconds: float) -> list[tuple[str, str, int]]:
         """(queue, task, queued jobs) that no worker seen within ``live_seconds`` can take."""
         return [(r[0], r[1], int(r[2])) for r in self._rows("untakeable", {"live_us": int(live_seconds * 1_000_000)})]
+
+    # ---- retry of failed jobs, cron, maintenance -----------------------------------------------
+
+    def retry_failed(self, queue: str | None) -> list[tuple[int, str | None, bool, int | None]]:
+        """One row per failed job (of ``queue``), in id order: (id, unique_key, retried, id of the job
+        holding its key when not retried -- an active job, or the lower failed id retried for it now)."""
+        for _ in range(RETRY_ATTEMPTS):
+            try:
+                return self._retry_failed(queue)
+            except DatabaseError as exc:
+                if exc.sqlstate != "1062":  # a key taken meanwhile: run again, seeing the holder
+                    raise
+        raise DatabaseUnavailable(f"unique keys of failed jobs kept changing hands over {RETRY_ATTEMPTS} "
+                                  "attempts; try again")
+
+    def _retry_failed(self, queue: str | None) -> list[tuple[int, str | None, bool, int | None]]:
+        out: list[tuple[int, str | None, bool, int | None]] = []
+        with self._transaction() as c, c.cursor() as cur:
+            cur.execute(self.q["failed_jobs"], {"queue": queue})
+            first: dict[str, int] = {}
+            for job_id, key, holder in cur.fetchall():
+                job_id = int(job_id)
+                if key is not None and holder is None and key not in first:
+                    first[key] = job_id
+                    out.append((job_id, key, True, None))
+                elif key is not None:
+                    out.append((job_id, key, False, int(holder) if holder is not None else first[key]))
+                else:
+                    out.append((job_id, None, True, None))
+            ids = [r[0] for r in out if r[2]]
+            if ids:
+                cur.execute(self.q["retry_these"], {"ids": ids})
+                cur.execute(self.q["forget_attempts_of"], {"ids": ids})
+        return out
+
+    def enqueue_tick(self, schedule: str, tick: datetime, job: NewJob) -> int | None:
+        """Enqueue ``job`` for this tick unless some scheduler already did; returns the new job id."""
+        with self._transaction() as c, c.cursor() as cur:
+            cur.execute(self.q["insert_tick"], {"schedule": schedule, "tick": _naive_utc(tick)})
+            if cur.rowcount != 1:
+                return None
+            job_id = self._enqueue_on(c, [job])[0]  # type: ignore[attr-defined]  # Producing's
+            cur.execute(self.q["set_tick_job"], {"schedule": schedule, "tick": _naive_utc(tick), "job_id": job_id})
+            return int(job_id)
+
+    def last_tick(self, schedule: str) -> datetime | None:
+        with self._conn() as c, c.cursor() as cur:
+            cur.execute(self.q["last_tick"], {"schedule": schedule})
+            value = cur.fetchone()[0]
+        return _utc(value)  # type: ignore[no-any-return]
+
+    def prune_ticks(self, age_seconds: float) -> None:
+        """Ticks older than ``age_seconds``, the rows of dead batches none of whose jobs is queued
+        any more, and notices older than a minute."""
+        with self._conn() as c, c.cursor() as cur:
+            cur.execute(self.q["prune_ticks"], {"age_us": int(age_seconds * 1_000_000)})
+            cur.execute(self.q["prune_batches"])
+            cur.execute(self.q["prune_notices"])
+
+    def jobs_vacuum_threshold(self) -> float:
+        """No vacuum on InnoDB (purge is the server's, in the background): a fixed pass size."""
+        return PRUNE_PASS_ROWS

@@ -612,3 +612,40 @@ SELECT q.queue, q.task, q.n
                       AND JSON_CONTAINS(w.tasks, JSON_QUOTE(q.task))
                       AND (w.queues IS NULL OR JSON_CONTAINS(w.queues, JSON_QUOTE(q.queue))))
  ORDER BY q.queue, q.task;
+
+-- name: failed_jobs
+-- retry_failed, step 1 (one transaction): every failed job (of a queue) in id order, locked, with
+-- the active job holding its unique key if any (jobs_active_key: one per key).
+SELECT j.id, j.unique_key, (SELECT h.id FROM {jobs} h WHERE h.active_key = j.unique_key) AS holder
+  FROM {jobs} j
+ WHERE j.state = 'failed' AND (%(queue)s IS NULL OR j.queue = %(queue)s)
+ ORDER BY j.id
+   FOR UPDATE;
+
+-- name: retry_these
+-- Step 2: the failed jobs whose key is free (the lowest id of each key: as if retried one by one in
+-- id order) queued again with fresh attempts, their errors kept. A holder committed after step 1
+-- makes this fail on jobs_active_key (1062): the backend rolls back and runs both steps again.
+UPDATE {jobs}
+   SET state = 'queued', attempts = 0, run_at = UTC_TIMESTAMP(6), finished_at = NULL, started_at = NULL,
+       result = NULL
+ WHERE id IN %(ids)s AND state = 'failed';
+
+-- name: insert_tick
+-- Cron: whoever inserts the (schedule, tick) row enqueues that tick's job, in the same transaction
+-- (INSERT IGNORE of the primary key only: a second scheduler's insert waits for the first one's
+-- commit or rollback on the key, then inserts nothing or takes over).
+INSERT IGNORE INTO {periodic_ticks} (schedule, tick) VALUES (%(schedule)s, %(tick)s);
+
+-- name: set_tick_job
+UPDATE {periodic_ticks} SET job_id = %(job_id)s WHERE schedule = %(schedule)s AND tick = %(tick)s;
+
+-- name: last_tick
+SELECT MAX(tick) FROM {periodic_ticks} WHERE schedule = %(schedule)s;
+
+-- name: prune_ticks
+DELETE FROM {periodic_ticks} WHERE tick < UTC_TIMESTAMP(6) - INTERVAL %(age_us)s MICROSECOND;
+
+-- name: prune_notices
+-- Notices are read by listeners within their poll interval; a minute is plenty.
+DELETE FROM {notices} WHERE sent_at < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND;
