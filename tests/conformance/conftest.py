@@ -57,22 +57,6 @@ mariadb.capabilities = set()  # type: ignore[attr-defined]  # no server bound on
 # The tests of what the MySQL backend does not implement yet (issue 12), by test function, with the
 # reason: not generated for it (never skipped), and listed in README.md under "not yet on MariaDB".
 mariadb.not_yet = {  # type: ignore[attr-defined]
-    'test_complete_wakes_waiters':
-        "wake-ups (no LISTEN/NOTIFY on MySQL: the worker polls; job waiters' wake-ups not designed yet)",
-    'test_a_failed_or_cancelled_record_wakes_waiters':
-        "wake-ups (no LISTEN/NOTIFY on MySQL: the worker polls; job waiters' wake-ups not designed yet)",
-    'test_complete_batch_wakes_waiters':
-        "wake-ups (no LISTEN/NOTIFY on MySQL: the worker polls; job waiters' wake-ups not designed yet)",
-    'test_cancelling_a_queued_job_wakes_waiters':
-        "wake-ups (no LISTEN/NOTIFY on MySQL: the worker polls; job waiters' wake-ups not designed yet)",
-    'test_cancelling_a_running_claimed_job_wakes_waiters':
-        "wake-ups (no LISTEN/NOTIFY on MySQL: the worker polls; job waiters' wake-ups not designed yet)",
-    'test_the_rescuer_failing_a_job_wakes_waiters':
-        "wake-ups (no LISTEN/NOTIFY on MySQL: the worker polls; job waiters' wake-ups not designed yet)",
-    'test_a_removed_waiter_is_not_woken':
-        "wake-ups (no LISTEN/NOTIFY on MySQL: the worker polls; job waiters' wake-ups not designed yet)",
-    'test_an_enqueue_wakes_idle_workers_at_commit':
-        "wake-ups (no LISTEN/NOTIFY on MySQL: the worker polls; job waiters' wake-ups not designed yet)",
 }
 
 # One entry per backend; a test id names it (``test_x[postgres]``).

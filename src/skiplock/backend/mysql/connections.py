@@ -9,7 +9,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import pymysql
 
@@ -18,7 +18,10 @@ from ..base import Capabilities
 from .dsn import connect_args
 from .errors import code, connection_lost, translate, translated
 from .lease import MySQLLease, MySQLSession
-from .sql import LOCK_WAIT_SECONDS, NOT_YET, _load, _named, names
+from .sql import LOCK_WAIT_SECONDS, _load, _named, names
+
+if TYPE_CHECKING:
+    from .notifications import MySQLNotifications
 
 log = logging.getLogger("skiplock.mysql")
 
@@ -51,7 +54,7 @@ class MySQLConnections:
     backend.py assembles. Nothing connects before first use."""
 
     wake_payload = "wake"
-    capabilities = Capabilities(batched_claims=True, listen_notify=False, server_bounds_lease=False)
+    capabilities = Capabilities(batched_claims=True, listen_notify=True, server_bounds_lease=False)
 
     def __init__(self, dsn: str, schema: str = "skiplock", *, lease_timeout: float = 600.0,
                  connect_timeout: float = 5.0, pool_size: int = 8):
@@ -164,8 +167,16 @@ class MySQLConnections:
     def connect_bookkeeping(self) -> MySQLSession:
         return MySQLSession(self._connect(autocommit=True), self.dsn)
 
-    def connect_listener(self) -> Any:
-        raise NotImplementedError(f"LISTEN/NOTIFY: MySQL has none, the worker polls ({NOT_YET})")
+    def connect_listener(self) -> "MySQLNotifications":
+        """An autocommit session polling for wake-ups (notifications.py: no LISTEN/NOTIFY on MySQL)."""
+        from .notifications import MySQLNotifications
+
+        conn = self._connect(autocommit=True)
+        try:
+            return MySQLNotifications(conn, self)
+        except BaseException:
+            conn.close()
+            raise
 
     def connection_budget(self) -> "ConnectionBudget":
         """What the server lets this user open now (see ``connection_budget`` in queries.sql)."""

@@ -330,6 +330,7 @@ SELECT j.id, j.queue, j.task, j.args, j.priority,
        LEFT JOIN information_schema.INNODB_TRX p
               ON p.trx_mysql_thread_id = a.backend_pid AND j.state = 'queued' AND a.started > j.attempts
                  AND p.trx_started <= a.started_at
+                 AND p.trx_mysql_thread_id IN (SELECT ID FROM information_schema.PROCESSLIST)
                  AND NOT COALESCE(JSON_EXTRACT(a.pending_errors, CONCAT('$[', JSON_LENGTH(a.pending_errors) - 1,
                                                                         '].attempt')) = a.started, FALSE)
  WHERE j.id = %(id)s;
@@ -348,6 +349,7 @@ SELECT j.id, j.queue, j.task, j.args, j.priority,
        LEFT JOIN information_schema.INNODB_TRX p
               ON p.trx_mysql_thread_id = a.backend_pid AND j.state = 'queued' AND a.started > j.attempts
                  AND p.trx_started <= a.started_at
+                 AND p.trx_mysql_thread_id IN (SELECT ID FROM information_schema.PROCESSLIST)
                  AND NOT COALESCE(JSON_EXTRACT(a.pending_errors, CONCAT('$[', JSON_LENGTH(a.pending_errors) - 1,
                                                                         '].attempt')) = a.started, FALSE)
  WHERE (%(state)s IS NULL
@@ -368,6 +370,7 @@ SELECT j.queue, CASE WHEN j.state = 'queued' AND p.trx_id IS NOT NULL THEN 'runn
        LEFT JOIN information_schema.INNODB_TRX p
               ON p.trx_mysql_thread_id = a.backend_pid AND j.state = 'queued' AND a.started > j.attempts
                  AND p.trx_started <= a.started_at
+                 AND p.trx_mysql_thread_id IN (SELECT ID FROM information_schema.PROCESSLIST)
                  AND NOT COALESCE(JSON_EXTRACT(a.pending_errors, CONCAT('$[', JSON_LENGTH(a.pending_errors) - 1,
                                                                         '].attempt')) = a.started, FALSE)
  GROUP BY j.queue, s
@@ -502,6 +505,7 @@ SELECT t.trx_mysql_thread_id
   FROM {jobs} j JOIN {job_attempts} a ON a.job_id = j.id
        JOIN information_schema.INNODB_TRX t ON t.trx_mysql_thread_id = a.backend_pid
  WHERE j.id = %(id)s AND j.state = 'queued' AND a.started > j.attempts
+   AND t.trx_mysql_thread_id IN (SELECT ID FROM information_schema.PROCESSLIST)
 UNION
 SELECT t.trx_mysql_thread_id
   FROM {job_batch_jobs} m JOIN {job_batches} b ON b.id = m.batch_id
@@ -519,6 +523,9 @@ DELETE FROM {job_waiters} WHERE job_id = %(id)s;
 -- transaction-lease attempt whose lease session has its transaction open (INNODB_TRX, read once per
 -- statement in a derived table). A slot is "<worker name>/<slot number>".
 
+-- INNODB_TRX is a cache InnoDB refreshes at most every 0.1 s: a session just KILLed may still be
+-- listed there, so each test also asks PROCESSLIST (live) that the session exists.
+
 -- name: running_now
 -- Every job in flight, by job id, a page at a time (keyset on %(after)s), with its worker's process
 -- from the newest `workers` row of that name.
@@ -531,6 +538,7 @@ SELECT r.job_id, j.queue, j.task, r.lease, r.attempt, j.max_attempts,
           FROM {job_attempts} a JOIN {jobs} j ON j.id = a.job_id
                JOIN information_schema.INNODB_TRX p ON p.trx_mysql_thread_id = a.backend_pid
          WHERE j.state = 'queued' AND a.started > j.attempts AND p.trx_started <= a.started_at
+                 AND p.trx_mysql_thread_id IN (SELECT ID FROM information_schema.PROCESSLIST)
            AND NOT COALESCE(JSON_EXTRACT(a.pending_errors, CONCAT('$[', JSON_LENGTH(a.pending_errors) - 1,
                                                                   '].attempt')) = a.started, FALSE)
         UNION ALL
@@ -552,7 +560,8 @@ SELECT b.id, REGEXP_REPLACE(b.worker, '/[0-9]+$', '') AS worker,
        (SELECT COUNT(*) FROM {job_batch_jobs} m JOIN {jobs} j ON j.id = m.job_id
          WHERE m.batch_id = b.id AND j.state = 'queued') AS jobs
   FROM {job_batches} b JOIN information_schema.INNODB_TRX t ON t.trx_mysql_thread_id = b.backend_pid
- WHERE t.trx_started <= b.started_at AND (%(after)s IS NULL OR b.id > %(after)s)
+ WHERE t.trx_started <= b.started_at
+   AND t.trx_mysql_thread_id IN (SELECT ID FROM information_schema.PROCESSLIST) AND (%(after)s IS NULL OR b.id > %(after)s)
  ORDER BY b.id
  LIMIT %(limit)s;
 
@@ -567,6 +576,7 @@ SELECT w.id, w.name, w.host, w.pid, w.tasks, w.queues, w.concurrency, w.started_
                        FROM {job_attempts} a JOIN {jobs} j ON j.id = a.job_id
                             JOIN information_schema.INNODB_TRX p ON p.trx_mysql_thread_id = a.backend_pid
                       WHERE j.state = 'queued' AND a.started > j.attempts AND p.trx_started <= a.started_at
+                 AND p.trx_mysql_thread_id IN (SELECT ID FROM information_schema.PROCESSLIST)
                      UNION ALL
                      SELECT REGEXP_REPLACE(worker, '/[0-9]+$', '') FROM {jobs} WHERE state = 'running') s
               GROUP BY s.name) busy ON busy.name = w.name
@@ -596,7 +606,8 @@ SELECT j.queue, COUNT(*) AS ready, MIN(j.run_at) AS oldest_run_at,
   FROM {jobs} j
   LEFT JOIN (SELECT a.job_id FROM {job_attempts} a JOIN {jobs} x ON x.id = a.job_id
                     JOIN information_schema.INNODB_TRX p ON p.trx_mysql_thread_id = a.backend_pid
-              WHERE x.state = 'queued' AND a.started > x.attempts AND p.trx_started <= a.started_at) f
+              WHERE x.state = 'queued' AND a.started > x.attempts AND p.trx_started <= a.started_at
+                 AND p.trx_mysql_thread_id IN (SELECT ID FROM information_schema.PROCESSLIST)) f
          ON f.job_id = j.id
  WHERE j.state = 'queued' AND j.run_at <= UTC_TIMESTAMP(6) AND f.job_id IS NULL
  GROUP BY j.queue
@@ -649,3 +660,13 @@ DELETE FROM {periodic_ticks} WHERE tick < UTC_TIMESTAMP(6) - INTERVAL %(age_us)s
 -- name: prune_notices
 -- Notices are read by listeners within their poll interval; a minute is plenty.
 DELETE FROM {notices} WHERE sent_at < UTC_TIMESTAMP(6) - INTERVAL 60 SECOND;
+
+-- name: poll
+-- A listener's one statement per poll (notifications.py): the first row is (MAX(jobs.id),
+-- MAX(notices.id)) -- each read from the end of its primary key, O(1) -- then, when %(want)s, the
+-- notices after %(after)s and those of the last two seconds (a lower id that committed after a
+-- higher one was read; the listener drops the ones it has seen).
+SELECT (SELECT MAX(id) FROM {jobs}), (SELECT MAX(id) FROM {notices})
+UNION ALL
+SELECT id, payload FROM {notices}
+ WHERE %(want)s = 1 AND (id > %(after)s OR sent_at >= UTC_TIMESTAMP(6) - INTERVAL 2 SECOND);
