@@ -50,6 +50,7 @@ class MySQLNotifications:
         self.min_interval = min_interval
         self.max_interval = max_interval
         self._interval = min_interval
+        self._next_poll = 0.0  # time.monotonic() of the next poll
         self.polls = 0  # statements run (the idle cost, measured by bench/mysql_wakeup.py)
         self._last_job, self._last_notice = self._read(None)[:2]
         self._seen: dict[int, None] = {}  # notice ids read within the re-read window
@@ -68,28 +69,37 @@ class MySQLNotifications:
         return last_job, last_notice, [(int(r[0]), r[1]) for r in rows[1:]]
 
     def wait(self, timeout: float) -> list[str]:
+        """Payloads as soon as a poll finds any, else ``[]`` after ``timeout``. Polls are spaced by the
+        interval whatever the calls' boundaries (``_next_poll``), so the idle cost is 1 / max_interval."""
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
-            last_job, last_notice, notices = self._read(self._last_notice)
-            payloads: list[str] = []
-            if last_job > self._last_job:
-                self._last_job = last_job
-                payloads.append(self._wake)
-            for notice_id, payload in notices:
-                if notice_id not in self._seen:
-                    self._seen[notice_id] = None
-                    payloads.append(payload)
-            self._last_notice = max(self._last_notice, last_notice)
-            while len(self._seen) > 10_000:  # bounded: the oldest go first (dicts keep insertion order)
-                del self._seen[next(iter(self._seen))]
-            if payloads:
-                self._interval = self.min_interval
-                return payloads
-            left = deadline - time.monotonic()
-            if left <= 0:
+            now = time.monotonic()
+            if now >= self._next_poll:
+                payloads = self._poll()
+                if payloads:
+                    self._interval = self.min_interval
+                    self._next_poll = time.monotonic() + self._interval
+                    return payloads
+                self._interval = min(self.max_interval, self._interval * GROWTH)
+                self._next_poll = now + self._interval
+            if now >= deadline:
                 return []
-            time.sleep(min(self._interval, left))
-            self._interval = min(self.max_interval, self._interval * GROWTH)
+            time.sleep(max(0.0, min(self._next_poll, deadline) - now))
+
+    def _poll(self) -> list[str]:
+        last_job, last_notice, notices = self._read(self._last_notice)
+        payloads: list[str] = []
+        if last_job > self._last_job:
+            self._last_job = last_job
+            payloads.append(self._wake)
+        for notice_id, payload in notices:
+            if notice_id not in self._seen:
+                self._seen[notice_id] = None
+                payloads.append(payload)
+        self._last_notice = max(self._last_notice, last_notice)
+        while len(self._seen) > 10_000:  # bounded: the oldest go first (dicts keep insertion order)
+            del self._seen[next(iter(self._seen))]
+        return payloads
 
     def close(self) -> None:
         try:
