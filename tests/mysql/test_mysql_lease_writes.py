@@ -49,3 +49,36 @@ def test_a_handlers_cursor_write_commits_with_the_job_or_not_at_all(backend: Any
         assert (state, _sent(backend)) == ("done", [("a@example.com", 1)])
     else:
         assert (state, _sent(backend)) == ("queued", [])
+
+
+def test_prune_ticks_forgets_dead_batches_once_none_of_their_jobs_is_queued(mariadb_dsn: str) -> None:
+    """The pruner's prune_ticks on MySQL: a dead batch's rows (its transaction rolled back) stay while
+    one of its jobs is still queued -- the next claim must see it as a suspect -- and go once none is."""
+    from skiplock.backend.mysql import MySQLBackend
+    from skiplock.backend.base import NewJob
+
+    b = MySQLBackend(mariadb_dsn)
+    b.migrate()
+    try:
+        ids = b.enqueue([NewJob("t", "{}", "default", 0, 3, None) for _ in range(2)])
+        lease, book = b.connect_lease("w"), b.connect_bookkeeping()
+        claimed = b.claim(lease, ["default"], limit=2)
+        b.start_batch(book, claimed, "w/0", lease.session_id)
+        lease.rollback()  # the batch died
+        b.prune_ticks(3600)
+        lease2 = b.connect_lease("w")
+        assert b.start_batch(book, b.claim(lease2, ["default"], limit=2), "w/0", lease2.session_id)[1] == set(ids)
+        lease2.rollback()
+        for i in ids:
+            b.request_cancel(i, "r")
+            assert b.cancel_if_unlocked(i)
+        b.prune_ticks(3600)
+        with b._conn() as c, c.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM {b.tables['job_batches']}")
+            batches = cur.fetchone()[0]
+            cur.execute(f"SELECT COUNT(*) FROM {b.tables['job_batch_jobs']}")
+            members = cur.fetchone()[0]
+        assert (batches, members) == (0, 0)
+        lease.close(), lease2.close(), book.close()
+    finally:
+        b.close()

@@ -259,7 +259,10 @@ class Operating(MySQLConnections):
         any more, and notices older than a minute."""
         with self._conn() as c, c.cursor() as cur:
             cur.execute(self.q["prune_ticks"], {"age_us": int(age_seconds * 1_000_000)})
-            cur.execute(self.q["prune_batches"])
+            cur.execute(self.q["dead_batches"])
+            dead = [int(r[0]) for r in cur.fetchall()]
+            if dead:
+                cur.execute(self.q["forget_batches"], {"ids": dead})
             cur.execute(self.q["prune_notices"])
 
     def jobs_vacuum_threshold(self) -> float:

@@ -155,12 +155,18 @@ SELECT job_id, reason FROM {job_cancellations} WHERE job_id IN %(ids)s;
 -- batch it runs in, %(batch)s, keeps it).
 DELETE FROM {job_batch_jobs} WHERE job_id = %(id)s AND batch_id <> %(batch)s;
 
--- name: prune_batches
+-- name: dead_batches
 -- Rows of batches that never committed, once none of their jobs is queued any more (a live batch's
--- jobs are all queued until its COMMIT, which deletes its row).
-DELETE b, m FROM {job_batches} b LEFT JOIN {job_batch_jobs} m ON m.batch_id = b.id
+-- jobs are all queued until its COMMIT, which deletes its row): read first, then deleted by id
+-- (MySQL refuses a DELETE whose subquery reads the table it deletes from, 1093).
+SELECT b.id FROM {job_batches} b
  WHERE NOT EXISTS (SELECT 1 FROM {job_batch_jobs} x JOIN {jobs} j ON j.id = x.job_id
-                    WHERE x.batch_id = b.id AND j.state = 'queued');
+                    WHERE x.batch_id = b.id AND j.state = 'queued')
+ ORDER BY b.id
+ LIMIT 1000;
+
+-- name: forget_batches
+DELETE b, m FROM {job_batches} b LEFT JOIN {job_batch_jobs} m ON m.batch_id = b.id WHERE b.id IN %(ids)s;
 
 -- name: finishing_rows
 -- Every finishing write, once the job's row is ours (our lease's lock, or the row the write just
