@@ -82,3 +82,35 @@ def test_prune_ticks_forgets_dead_batches_once_none_of_their_jobs_is_queued(mari
         lease.close(), lease2.close(), book.close()
     finally:
         b.close()
+
+
+def test_mariadb_ends_a_lease_idle_in_its_transaction_past_lease_timeout(mariadb_dsn: str, mariadb_server) -> None:
+    """issue 12 item 3, the server's part: MariaDB's idle_transaction_timeout (set on every lease
+    session to lease_timeout) ends a lease whose worker stopped (SIGSTOP, a vanished host) while its
+    transaction was open; the job is available again. The bound is measured (printed, not asserted)."""
+    import time
+
+    from skiplock.backend.base import NewJob
+    from skiplock.backend.mysql import MySQLBackend
+
+    b = MySQLBackend(mariadb_dsn, lease_timeout=1.0)
+    b.migrate()
+    try:
+        (job_id,) = b.enqueue([NewJob("t", "{}", "default", 0, 3, None)])
+        lease = b.connect_lease("w")
+        assert [j.id for j in b.claim(lease, ["default"])] == [job_id]
+        started = time.monotonic()
+        with mariadb_server.connect() as admin, admin.cursor() as cur:
+            while time.monotonic() - started < 30:  # a safety net
+                cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s", (lease.session_id,))
+                if cur.fetchone()[0] == 0:
+                    break
+                time.sleep(0.01)
+        gone = time.monotonic() - started
+        print(f"idle_transaction_timeout = lease_timeout 1 s: the idle lease's session was gone after {gone:.3f} s")
+        other = b.connect_lease("w2")
+        assert [j.id for j in b.claim(other, ["default"])] == [job_id]  # available again
+        other.close()
+        lease.close()
+    finally:
+        b.close()
