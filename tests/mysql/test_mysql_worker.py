@@ -142,3 +142,27 @@ def test_claimed_lease_jobs_drain_to_done(mariadb_dsn: str) -> None:
         app.close()
     assert {j.state for j in jobs} == {"done"} and sorted(ran) == ids
     assert {j.attempts for j in jobs} == {1}
+
+
+def test_enqueue_many_with_unique_keys_on_mariadb(mariadb_dsn: str) -> None:
+    """App.enqueue_many with unique keys on MySQL (keyed_batch / enqueue_keyed): a held key gives the
+    holder's id, an in-call duplicate the first item's; with on_conflict="raise" meeting a holder,
+    DuplicateJob and nothing of the call is enqueued."""
+    import pytest
+
+    from skiplock.errors import DuplicateJob
+
+    app = skiplock.App(mariadb_dsn)
+    app.migrate()
+    try:
+        held = app.enqueue("t", unique_key="a")
+        ids = app.enqueue_many([("t", {}, {"unique_key": "a"}), ("t", {}), ("t", {}, {"unique_key": "b"}),
+                                ("t", {}, {"unique_key": "b"})])
+        assert ids[0] == held and ids[3] == ids[2] and len(set(ids)) == 3
+        before = app.counts()
+        with pytest.raises(DuplicateJob) as refused:
+            app.enqueue_many([("t", {}, {"unique_key": "c"}), ("t", {}, {"unique_key": "a", "on_conflict": "raise"})])
+        assert refused.value.existing_id == held
+        assert app.counts() == before  # "c" went with the refusal
+    finally:
+        app.close()

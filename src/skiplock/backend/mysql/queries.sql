@@ -676,3 +676,14 @@ SELECT (SELECT MAX(id) FROM {jobs}), (SELECT MAX(id) FROM {notices})
 UNION ALL
 SELECT id, payload FROM {notices}
  WHERE %(want)s = 1 AND (id > %(after)s OR sent_at >= UTC_TIMESTAMP(6) - INTERVAL 2 SECOND);
+
+-- name: keyed_savepoint
+-- enqueue_many with unique keys (producing.py, `_keyed_on`): the call is undone as a whole when an
+-- item with on_conflict="raise" meets a holder, leaving the caller's transaction as it was.
+SAVEPOINT skiplock_keyed;
+
+-- name: keyed_rollback
+ROLLBACK TO SAVEPOINT skiplock_keyed;
+
+-- name: keyed_release
+RELEASE SAVEPOINT skiplock_keyed;
