@@ -12,7 +12,8 @@ from typing import Any, Sequence
 
 import pymysql
 
-from ..base import ClaimedJob, Finish, Lease, Via
+from ..base import ClaimedJob, Finish, Lease
+from ..finishing import dispatch
 from .errors import RETRYABLE, code, connection_lost, translate
 from .connections import MySQLConnections
 from .lease import MySQLLease
@@ -112,10 +113,6 @@ class Leasing(MySQLConnections):
 
     def complete_batch(self, conn: Any, batch: int, done: Sequence[tuple[ClaimedJob, int, str | None]],
                        started_at: datetime, worker: str) -> set[int]:
-        return self._complete_batch(conn, batch, done, started_at, worker)
-
-    def _complete_batch(self, conn: Any, batch: int, done: Sequence[tuple[ClaimedJob, int, str | None]],
-                        started_at: datetime | None, worker: str | None) -> set[int]:
         """End the batch's transaction: write ``done`` ((job, attempt, result JSON)) in one statement,
         fold pending errors, delete the batch's rows, notify waiters, COMMIT. Returns the ids written;
         a job missing was refused (a cancellation was requested) and is still queued, unlocked."""
@@ -241,24 +238,9 @@ class Leasing(MySQLConnections):
             return self._outcome_on(raw, job, attempt, state, delay, error, started_at, worker, uncount, owner)
 
     def finish(self, lease: Lease | None, what: Finish) -> dict[int, str]:
-        """The worker's one finishing write (base.Finish); raises only skiplock errors."""
-        if what.via is Via.BATCH_COMMIT:
-            assert lease is not None and what.batch is not None
-            writes = what.writes
-            first = writes[0] if writes else None
-            ids = self._complete_batch(lease, what.batch, [(w.job, w.attempt, w.result) for w in writes],
-                                      first.started_at if first else None, first.worker if first else None)
-            return {i: "done" for i in ids}
-        (w,) = what.writes
-        conn = None if lease is None or what.via is Via.FRESH else lease
-        if w.state == "done":
-            done = self.complete(conn, w.job, w.attempt, w.result, w.started_at, w.worker, w.owner)
-            return {w.job.id: "done"} if done else {}
-        if w.undo and conn is not None:
-            self.rollback_to_savepoint(conn)
-        state = self.record_outcome(conn, w.job, w.attempt, state=w.state, delay=w.delay, error=w.error,
-                                    started_at=w.started_at, worker=w.worker, uncount=w.uncount, owner=w.owner)
-        return {} if state is None else {w.job.id: state}
+        """The worker's one finishing write (base.Finish; the dispatch is backend/finishing.py's):
+        raises only skiplock errors (every verb it calls translates its own)."""
+        return dispatch(self, lease, what)
 
     # ---- the claimed lease -------------------------------------------------------------------
 
