@@ -6,6 +6,7 @@ from typing import Any, Generator, Mapping, Sequence
 
 from ...errors import DuplicateJob
 from ..base import NewJob
+from ..keyed import same_keys
 from .connections import MySQLConnections
 from .errors import translated
 from .sql import ENQUEUE_CHUNK, NOT_YET, T, _OnConn, _drive, _naive_utc
@@ -20,16 +21,7 @@ class KeyedBatch:
     def __init__(self, jobs: Sequence[NewJob], keyed: Mapping[int, tuple[str, str]]):
         self.jobs = jobs
         self.keyed = keyed
-        first: dict[str, int] = {}
-        self.same_as: dict[int, int] = {}
-        for i in sorted(keyed):
-            key, on_conflict = keyed[i]
-            j = first.setdefault(key, i)
-            if j != i:
-                if on_conflict == "raise":
-                    raise DuplicateJob(f"item {i}: unique_key {key!r} is also item {j}'s, and on_conflict='raise'; "
-                                       "nothing was enqueued", None)
-                self.same_as[i] = j
+        self.same_as = same_keys(keyed)  # a later item -> the first item with its key
         self.sent = [i for i in range(len(jobs)) if i not in self.same_as]
         self.sent_keyed = [i for i in self.sent if i in keyed]
 
