@@ -115,7 +115,10 @@ class MySQLBackend(Leasing, Producing, Operating):
                               f"skiplock needs {max(known)}: run `skiplock migrate`")
 
     def testing(self) -> Any:
-        raise NotImplementedError(f"skiplock.testing is {NOT_YET}")
+        """What skiplock.testing does on this database (testing.py)."""
+        from .testing import MySQLTesting
+
+        return MySQLTesting(self)
 
     def outbox_store(self) -> Any:
         raise NotImplementedError(f"the outbox is {NOT_YET}")

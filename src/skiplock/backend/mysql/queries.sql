@@ -687,3 +687,37 @@ ROLLBACK TO SAVEPOINT skiplock_keyed;
 
 -- name: keyed_release
 RELEASE SAVEPOINT skiplock_keyed;
+
+-- ==== skiplock.testing (testing.py): on the test's own connection, in its rolled-back transaction
+
+-- name: inline_savepoint
+SAVEPOINT skiplock_inline;
+
+-- name: inline_rollback
+ROLLBACK TO SAVEPOINT skiplock_inline;
+
+-- name: inline_release
+RELEASE SAVEPOINT skiplock_inline;
+
+-- name: inline_finish
+-- run_inline: the job it enqueued in the caller's transaction and ran there ends as a worker's
+-- successful first run would -- done, attempt 1, with its result. Guarded on 'queued' like every
+-- finishing write (the handler itself may have finished or cancelled its row).
+UPDATE {jobs}
+   SET state = 'done', attempts = 1, started_at = %(started_at)s, finished_at = UTC_TIMESTAMP(6),
+       result = %(result)s, worker = %(worker)s
+ WHERE id = %(id)s AND state = 'queued';
+
+-- name: inline_jobs
+-- assert_enqueued on a connection: the jobs its transaction sees (its own uncommitted ones too), in
+-- id order; %(state)s NULL means every state.
+SELECT j.id, j.queue, j.task, j.args, j.priority, j.state,
+       GREATEST(j.attempts, COALESCE(a.started, 0)) AS attempts, j.max_attempts, j.run_at, j.created_at,
+       j.started_at, j.finished_at,
+       COALESCE(JSON_UNQUOTE(JSON_EXTRACT(a.pending_errors, CONCAT('$[', JSON_LENGTH(a.pending_errors) - 1, '].error'))),
+                j.last_error) AS last_error,
+       JSON_MERGE_PRESERVE(j.errors, COALESCE(a.pending_errors, '[]')) AS errors,
+       j.result, j.worker, j.unique_key, j.lease_expires_at
+  FROM {jobs} j LEFT JOIN {job_attempts} a ON a.job_id = j.id
+ WHERE (%(state)s IS NULL OR j.state = %(state)s)
+ ORDER BY j.id;
