@@ -114,3 +114,27 @@ def test_mariadb_ends_a_lease_idle_in_its_transaction_past_lease_timeout(mariadb
         lease.close()
     finally:
         b.close()
+
+
+def test_a_job_keeps_its_last_20_errors(mariadb_dsn: str) -> None:
+    """As on PostgreSQL (record_outcome: "Keeps the last 20 errors"): a job retried 23 times keeps the
+    23rd back to the 4th error, oldest first."""
+    from skiplock.backend.base import NewJob
+    from skiplock.backend.mysql import MySQLBackend
+
+    b = MySQLBackend(mariadb_dsn)
+    b.migrate()
+    try:
+        (job_id,) = b.enqueue([NewJob("t", "{}", "default", 0, 50, None)])
+        lease, book = b.connect_lease("w"), b.connect_bookkeeping()
+        for n in range(1, 24):
+            (job,) = b.claim(lease, ["default"])
+            attempt = b.start_attempt(book, job, "w/0", lease.session_id)[0]
+            assert b.record_outcome(lease, job, attempt, state="queued", delay=0, error=f"E: {n}",
+                                    started_at=job.claimed_at, worker="w/0") == "queued"
+            lease.commit()
+        errors = b.get_job(job_id)["errors"]
+        assert [e["error"] for e in errors] == [f"E: {n}" for n in range(4, 24)]
+        lease.close(), book.close()
+    finally:
+        b.close()

@@ -237,7 +237,12 @@ UPDATE {jobs}
 -- name: fold_pending
 -- A finished job's pending errors (read and locked by `finishing_rows`) join its errors.
 UPDATE {jobs}
-   SET errors = JSON_MERGE_PRESERVE(errors, %(pending)s), last_error = COALESCE(%(pending_last)s, last_error)
+   SET errors = JSON_MERGE_PRESERVE(errors, %(pending)s), last_error = COALESCE(%(pending_last)s, last_error),
+       -- then the last 20 kept (as on PostgreSQL): MySQL applies a single-table UPDATE's assignments
+       -- left to right, so this one sees the errors just written; a write adds one entry (pending
+       -- errors folded in may add more: each such write drops up to two of the oldest)
+       errors = CASE WHEN JSON_LENGTH(errors) > 21 THEN JSON_REMOVE(errors, '$[0]', '$[0]')
+                     WHEN JSON_LENGTH(errors) > 20 THEN JSON_REMOVE(errors, '$[0]') ELSE errors END
  WHERE id = %(id)s;
 
 -- name: forget_attempts
@@ -299,7 +304,12 @@ UPDATE {jobs}
        errors = CASE WHEN %(own)s = 0 THEN JSON_MERGE_PRESERVE(errors, %(pending)s)
                      ELSE JSON_ARRAY_APPEND(JSON_MERGE_PRESERVE(errors, %(pending)s), '$', JSON_OBJECT(
                           'attempt', %(attempt)s, 'at', DATE_FORMAT(UTC_TIMESTAMP(6), '%%Y-%%m-%%dT%%H:%%i:%%s.%%f+00:00'),
-                          'error', %(error)s, 'worker', %(worker)s)) END
+                          'error', %(error)s, 'worker', %(worker)s)) END,
+       -- then the last 20 kept (as on PostgreSQL): MySQL applies a single-table UPDATE's assignments
+       -- left to right, so this one sees the errors just written; a write adds one entry (pending
+       -- errors folded in may add more: each such write drops up to two of the oldest)
+       errors = CASE WHEN JSON_LENGTH(errors) > 21 THEN JSON_REMOVE(errors, '$[0]', '$[0]')
+                     WHEN JSON_LENGTH(errors) > 20 THEN JSON_REMOVE(errors, '$[0]') ELSE errors END
  WHERE id = %(id)s;
 
 -- name: uncount_attempt
@@ -474,7 +484,12 @@ UPDATE {jobs}
                            ' stopped renewing its lease during attempt ', attempts),
        errors = JSON_ARRAY_APPEND(errors, '$', JSON_OBJECT('attempt', attempts, 'error', 'lease expired',
                                   'at', DATE_FORMAT(UTC_TIMESTAMP(6), '%%Y-%%m-%%dT%%H:%%i:%%s.%%f+00:00'),
-                                  'worker', worker))
+                                  'worker', worker)),
+       -- then the last 20 kept (as on PostgreSQL): MySQL applies a single-table UPDATE's assignments
+       -- left to right, so this one sees the errors just written; a write adds one entry (pending
+       -- errors folded in may add more: each such write drops up to two of the oldest)
+       errors = CASE WHEN JSON_LENGTH(errors) > 21 THEN JSON_REMOVE(errors, '$[0]', '$[0]')
+                     WHEN JSON_LENGTH(errors) > 20 THEN JSON_REMOVE(errors, '$[0]') ELSE errors END
  WHERE id = %(id)s AND state = 'running';
 
 -- name: start_claimed
