@@ -166,3 +166,38 @@ def test_enqueue_many_with_unique_keys_on_mariadb(mariadb_dsn: str) -> None:
         assert app.counts() == before  # "c" went with the refusal
     finally:
         app.close()
+
+
+def test_near_instant_jobs_drain_in_batches(mariadb_dsn: str) -> None:
+    """Batched claims on MariaDB through the real worker (capabilities.batched_claims): no-op jobs
+    are claimed many per transaction and written done by complete_batch with its COMMIT; every job
+    ends done with one attempt, and no batch row outlives its transaction."""
+    from skiplock.backend.mysql import MySQLBackend
+
+    app = skiplock.App(mariadb_dsn)
+    app.migrate()
+
+    @app.task(name="noop")
+    def noop(job: Any) -> None:
+        return None
+
+    ids = app.enqueue_many([("noop", {}) for _ in range(300)])
+    try:
+        stats = app.worker(concurrency=2, poll_interval=0.05, batch_size=50).run(stop_when_empty=True)
+        jobs = [app.get_job(i) for i in ids]
+    finally:
+        app.close()
+    assert {j.state for j in jobs} == {"done"} and {j.attempts for j in jobs} == {1}
+    assert stats.done == 300
+    b = MySQLBackend(mariadb_dsn)
+    try:
+        with b._conn() as c, c.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM {b.tables['job_batches']}")
+            assert cur.fetchone() == (0,)
+            cur.execute("SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
+                        "AND TABLE_NAME = %s", (f"{b.schema}_job_batches",))
+            assert cur.fetchone()[0] > 1  # batches were started (their rows went with their COMMITs)
+            cur.execute(f"SELECT COUNT(*) FROM {b.tables['job_attempts']}")
+            assert cur.fetchone() == (0,)
+    finally:
+        b.close()
