@@ -8,7 +8,9 @@
     python -m bench --only outage --outages 5,17   # outage recovery without the 60 s outage
     python -m bench --only sweep         # slots 4..256 and processes 1..8 for 0/1/10 ms jobs (opt-in)
     python -m bench --only load          # pickup latency of 1 ms jobs offered at 50 % of capacity
+    python -m bench --only dashboard     # p95 of every dashboard page with 1,000,000 jobs (opt-in)
     python -m bench.soak                 # the 30-minute soak (its own command; --quick: 3 minutes)
+    python -m bench --only mariadb       # MariaDB: drain, 8x8, enqueue vs mariadb-slap (bench/mariadb.py)
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ from .common import (FULL, QUICK, REPO_ROOT, Context, Figure, MachineLoad, Serve
 
 # Scenario modules import skiplock, so they are loaded only after --rev has chosen which one.
 SCENARIOS = ["baseline", "drain", "many_workers", "backlog", "enqueue", "latency", "load", "outbox_relay", "outage",
-             "sweep"]
-# Run only when asked for (--only): the slot/process sweep takes several minutes on its own.
-OPT_IN = {"sweep"}
+             "sweep", "dashboard"]
+# Run only when asked for (--only): the slot/process sweep takes several minutes on its own; the
+# dashboard's loads 1,000,000 jobs (about a minute) and measures pages, not the queue.
+OPT_IN = {"sweep", "dashboard"}
 # what each scenario's ratios are measured against
 NEEDS = {"drain": ["baseline"], "many_workers": ["baseline", "drain"], "backlog": ["baseline"]}
 
@@ -51,7 +54,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dsn", help="an existing PostgreSQL server (a database per scenario is created on it)")
     p.add_argument("--data-dir", help="embedded server data directory to use and leave running "
                                       "[default: a fresh one in a temporary directory, deleted at the end]")
-    p.add_argument("--only", help=f"comma-separated scenarios: {', '.join(SCENARIOS)}")
+    p.add_argument("--only", help=f"comma-separated scenarios: {', '.join(SCENARIOS)}; or 'mariadb' alone "
+                                  "(a private MariaDB, its own baseline: bench/mariadb.py)")
     p.add_argument("--quick", action="store_true", help="a short smoke run with small sizes")
     p.add_argument("--out", default=str(REPO_ROOT / "bench" / "results" / "latest.json"), help="JSON output path")
     p.add_argument("--drain-concurrency", default="8",
@@ -146,6 +150,11 @@ def print_table(figures: list[Figure], meta: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.only and args.only.strip() == "mariadb":  # its own private server and baseline (bench/mariadb.py)
+        from . import mariadb
+
+        default_out = str(REPO_ROOT / "bench" / "results" / "latest.json")
+        return mariadb.run(args.quick, None if args.out == default_out else Path(args.out))
     names = selected(args.only)
     code = use_revision(args.rev) if args.rev else git_info()
     import importlib

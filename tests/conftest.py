@@ -19,6 +19,8 @@ from psycopg import conninfo, sql
 import skiplock
 from skiplock.backend.postgres import embedded
 from mariadb_server import mariadb_admin_dsn, mariadb_dsn, mariadb_server  # noqa: F401 - the private MariaDB (issue 12)
+from pg15_server import pg15_admin_dsn, pg15_dsn, pg15_server, pg15_template_db  # noqa: F401 - PostgreSQL 15 (issue 15)
+from pgbouncer_server import pgbouncer_session, pgbouncer_transaction  # noqa: F401 - PgBouncer (issue 15)
 
 _counter = itertools.count()
 

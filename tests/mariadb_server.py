@@ -95,6 +95,35 @@ class MariaDB:
     socket: Path
     password: str
     version: str
+    argv: tuple[str, ...] = ()  # the server's command line, for restart()
+
+    def halt(self, mode: str = "fast", timeout: float = 60.0) -> None:
+        """Stop the server and keep its files (for :meth:`resume`): ``fast`` is a clean shutdown
+        (SIGTERM), ``immediate`` a crash (SIGKILL: InnoDB recovers from its redo log on start)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM if mode == "fast" else signal.SIGKILL)
+            self.process.wait(timeout)
+
+    def resume(self, timeout: float = 60.0) -> None:
+        """Start the halted server again, same data directory, port and socket; returns once the test
+        user can connect."""
+        self.process = subprocess.Popen(list(self.argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"mariadbd exited with {self.process.returncode} on restart")
+            try:
+                with self.connect(connect_timeout=2):
+                    return
+            except Exception:  # noqa: BLE001 - not accepting yet
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def restart(self, mode: str = "fast") -> None:
+        self.halt(mode)
+        self.resume()
 
     @property
     def admin_dsn(self) -> str:
@@ -140,14 +169,15 @@ def start(timeout: float = 60.0, extra_args: list[str] | None = None) -> MariaDB
         raise RuntimeError(f"mariadb-install-db failed: {done.stdout[-1500:]}\n{done.stderr[-1500:]}")
     port = _free_port()
     log = home / "error.log"
-    process = subprocess.Popen(
-        [server, "--no-defaults", f"--datadir={data}", f"--socket={sock}", f"--port={port}",
+    argv = (
+        server, "--no-defaults", f"--datadir={data}", f"--socket={sock}", f"--port={port}",
          "--bind-address=127.0.0.1", f"--user={user.pw_name}", f"--pid-file={home / 'mysqld.pid'}",
          f"--log-error={log}", "--skip-name-resolve", "--skip-log-bin", "--innodb-buffer-pool-size=128M",
          "--innodb-flush-log-at-trx-commit=2", "--max-connections=500", "--character-set-server=utf8mb4",
-         "--collation-server=utf8mb4_bin", *(extra_args or [])],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    db = MariaDB(root, process, port, sock, password, "")
+         "--collation-server=utf8mb4_bin", *(extra_args or []))
+    process = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    db = MariaDB(root, process, port, sock, password, "", argv)
     deadline = time.monotonic() + timeout
     while True:
         if process.poll() is not None:

@@ -86,7 +86,12 @@ class AsyncApp:
         job = self.app._new_job(task, args, queue, priority, run_at, delay, max_attempts)
         key = _check_unique(unique_key, on_conflict)  # before anything is sent, as App.enqueue
         backend = await asyncio.to_thread(self.app._ready)
-        job_id = await backend.run_async(_enqueue_steps(backend, job, key, on_conflict), conn)
+        if self.app.tracing is None:
+            job_id = await backend.run_async(_enqueue_steps(backend, job, key, on_conflict), conn)
+        else:  # the enqueue span, its context kept in the caller's transaction (observability/tracing.py)
+            with self.app.tracing.enqueue_async(job.task, job.queue, 1) as keep:
+                job_id = await backend.run_async(_enqueue_steps(backend, job, key, on_conflict), conn)
+                await keep([job_id], conn)
         if self.app.metrics is not None or self.app.hooks.active:
             enqueued(self.app, [job], [job_id])
         return job_id
@@ -107,7 +112,12 @@ class AsyncApp:
         batch = self.app.backend.keyed_batch(new, keyed) if keyed else None  # in-call duplicates: refused before any I/O
         backend = await asyncio.to_thread(self.app._ready)
         steps = backend.enqueue_steps(new) if batch is None else backend.enqueue_keyed_steps(batch)
-        ids = await backend.run_async(steps, conn)
+        if self.app.tracing is None:
+            ids = await backend.run_async(steps, conn)
+        else:  # one span for the batch, named as App.enqueue_many's
+            with self.app.tracing.enqueue_async(new[0].task, new[0].queue, len(new)) as keep:
+                ids = await backend.run_async(steps, conn)
+                await keep(ids, conn)
         if self.app.metrics is not None or self.app.hooks.active:
             enqueued(self.app, new, ids)
         return ids

@@ -66,13 +66,19 @@ class App(Producer, Operations):
     reads, ...) waits for one before raising :class:`DatabaseUnavailable` -- while the server is down
     or while every pooled connection is in use; also libpq's connect timeout of every connection
     skiplock opens (whole seconds, at least 2).
+
+    ``direct_dsn`` (default ``SKIPLOCK_DIRECT_DSN``): a DSN of the PostgreSQL server itself, when ``dsn``
+    goes through a transaction-pooling connection pooler (PgBouncer): LISTEN uses it; without it, idle
+    workers poll (docs/deployment.md, "PgBouncer and poolers"). Never shown with its password.
     """
 
     def __init__(self, dsn: str | None = None, *, schema: str = "skiplock", data_dir: str | Path | None = None,
                  lease_timeout: float = 600.0, max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
                  max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
-                 retention: Mapping[str, float | timedelta] | None = None, connect_timeout: float | None = None):
+                 retention: Mapping[str, float | timedelta] | None = None, connect_timeout: float | None = None,
+                 direct_dsn: str | None = None):
         self._dsn = dsn
+        self.direct_dsn = direct_dsn
         self.connect_timeout = _check_connect_timeout(connect_timeout)
         self.schema = schema
         self.data_dir = data_dir
@@ -121,7 +127,8 @@ class App(Producer, Operations):
         if self._backend is None:
             check_schema_name(self.schema)
             self._backend = open_backend(self.dsn, self.schema, lease_timeout=self.lease_timeout,
-                                         connect_timeout=self.connect_timeout)
+                                         connect_timeout=self.connect_timeout,
+                                         direct_dsn=self.direct_dsn or os.environ.get("SKIPLOCK_DIRECT_DSN") or None)
         return self._backend
 
     def check(self) -> None:

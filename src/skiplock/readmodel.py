@@ -51,15 +51,20 @@ from .backend.base import ReadBackend
 T = TypeVar("T")
 
 MAX_PAGE = 10_000
+# An args-text search reads at most this many ids per page (see JobReads.find_jobs).
+ARGS_WINDOW = 20_000
 
 
 @dataclass(frozen=True)
 class Page(Generic[T]):
     """One page of a list. ``cursor``: pass it back as ``after=`` for the next page; None when this
-    page is the last (it came back short)."""
+    page is the last (it came back short, and no window of a search is left: see ``searched_from``)."""
 
     items: list[T]
     cursor: str | None
+    # A search that reads one window of ids at a time (an args-text search: :meth:`JobReads.find_jobs`)
+    # read the ids from this one up: a page may then come back short with a cursor (the next window).
+    searched_from: int | None = None
 
     def __iter__(self) -> Any:
         return iter(self.items)
@@ -165,6 +170,51 @@ class QueueAge:
     paused: bool
 
 
+@dataclass(frozen=True)
+class BoundedCount:
+    """A count read without scanning every row: exact when ``exact`` (``n``), else more than ``n`` jobs
+    match and ``estimate`` (None: unknown) says about how many (from a sample of the table's pages).
+    ``str()``: the exact figure, or ``"≈ 198,800"`` / ``"> 1000"``."""
+
+    n: int
+    exact: bool = True
+    estimate: int | None = None
+
+    @property
+    def approx(self) -> int:
+        """The best figure known: the exact count, else the estimate (at least ``n + 1``)."""
+        return self.n if self.exact else max(self.n + 1, self.estimate or 0)
+
+    def __add__(self, other: "BoundedCount") -> "BoundedCount":
+        if self.exact and other.exact:
+            return BoundedCount(self.n + other.n)
+        return BoundedCount(self.n + other.n, False, self.approx + other.approx)
+
+    def __str__(self) -> str:
+        if self.exact:
+            return str(self.n)
+        return f"≈ {self.approx:,}" if self.estimate is not None else f"> {self.n}"
+
+
+@dataclass(frozen=True)
+class QueueSummary:
+    """One queue at a glance, read in bounded time at any table size (:meth:`ReadModel.queue_summary`).
+
+    ``counts``: jobs per state (every state present; ``running`` includes transaction-lease jobs in
+    flight), each a :class:`BoundedCount` exact up to the cap. ``ready``: queued jobs due now and not
+    in flight (exact up to the cap). ``head_due_at``/``head_age``: the ready job a worker claims next
+    (first in the claim's order: priority, then id) -- when it became due and how long it has waited,
+    the queue's latency now; None when nothing is ready. (This is not always the oldest ready job:
+    a higher-priority job is claimed first.) ``paused``: nobody claims from the queue now."""
+
+    queue: str
+    counts: dict[str, BoundedCount]
+    ready: BoundedCount
+    head_due_at: datetime | None
+    head_age: timedelta | None
+    paused: bool
+
+
 def _limit(limit: Any) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise ValueError(f"limit must be an integer from 1 to {MAX_PAGE}, got {limit!r}")
@@ -244,6 +294,17 @@ class Throughput:
 
 
 @dataclass(frozen=True)
+class Latency:
+    """Seconds from a job's due time (``run_at``) to the start of its last attempt, over ``jobs`` jobs
+    finished recently: the queue's latency as the jobs saw it (None: no job in the window)."""
+
+    median: float | None
+    p95: float | None
+    max: float | None
+    jobs: int
+
+
+@dataclass(frozen=True)
 class AuditEntry:
     """One action recorded by the dashboard: who (role and how it authenticated), what, on which
     filter or ids (``target``), how many rows it touched."""
@@ -281,13 +342,27 @@ class JobReads:
 
     def find_jobs(self, flt: JobFilter = JobFilter(), *, limit: int = 50,
                   after: str | None = None) -> "Page[JobRow]":
-        """The jobs matching ``flt``, newest first: a page of at most ``limit`` (keyset on id)."""
+        """The jobs matching ``flt``, newest first: a page of at most ``limit`` (keyset on id).
+
+        With an ``args`` text (a substring of the args' JSON, which no index can find), one page reads
+        at most ``ARGS_WINDOW`` ids below the cursor, so its cost is bounded whatever the table's size:
+        it may come back short (even empty) with a cursor to search the next, older, window;
+        ``page.searched_from`` says where this one stopped. No job is skipped or repeated."""
         key = _cursor(after, "jobs")
         if key is not None and (isinstance(key, bool) or not isinstance(key, int)):
             raise ValueError(f"not a cursor of jobs: {after!r}")
-        rows = self.backend.find_jobs(_check_filter(flt).as_dict(), key, _limit(limit))
-        items = [JobRow(**r) for r in rows]
-        return Page(items, _make_cursor("jobs", items[-1].id) if len(items) == limit else None)
+        params = _check_filter(flt).as_dict()
+        limit = _limit(limit)
+        floor = None
+        if flt.args is not None and hasattr(self.backend, "id_floor"):
+            floor = self.backend.id_floor(key, ARGS_WINDOW)
+            params["id_floor"] = floor
+        items = [JobRow(**r) for r in self.backend.find_jobs(params, key, limit)]
+        if len(items) == limit:
+            return Page(items, _make_cursor("jobs", items[-1].id), floor)
+        if floor is not None and floor > 1:  # the window ended before the first job: search on below it
+            return Page(items, _make_cursor("jobs", floor), floor)
+        return Page(items, None, floor)
 
     def count_jobs(self, flt: JobFilter = JobFilter(), *, cap: int = 10_000) -> tuple[int, bool]:
         """How many jobs match ``flt``, counted up to ``cap``: (count, more) -- ``more`` True when
@@ -302,6 +377,15 @@ class JobReads:
     def throughput(self, within: timedelta = timedelta(hours=1)) -> list[Throughput]:
         """Jobs finished per minute over the last ``within`` (minutes with none are absent)."""
         return [Throughput(*r) for r in self.backend.throughput(within.total_seconds())]
+
+    def pickup_latency(self, within: timedelta = timedelta(hours=1)) -> "Latency | None":
+        """How long ready jobs waited for a worker (due -> started, wake-up included), over the jobs
+        finished in the last ``within``; None when the backend cannot tell (no ``pickup_latency``)."""
+        fetch = getattr(self.backend, "pickup_latency", None)
+        if fetch is None:
+            return None
+        median, p95, worst, jobs = fetch(within.total_seconds())
+        return Latency(median, p95, worst, jobs)
 
     def last_fire(self, schedule: str) -> datetime | None:
         """When the periodic schedule ``schedule`` last enqueued a job (its last tick), or None."""
@@ -366,6 +450,43 @@ class ReadModel(JobReads):
             raise ValueError(f"since must be a timedelta or a datetime with a time zone, got {since!r}")
         return [FailureClass(q, c, int(n), at) for q, c, n, at in self.backend.failure_classes(since)]
 
+    def queue_summary(self, *, cap: int = 1000) -> list[QueueSummary]:
+        """Every queue with jobs or paused, by name: counts per state and ready jobs exact up to ``cap``
+        (then estimated), and the head of the queue's wait (see :class:`QueueSummary`). Its cost is
+        bounded by the number of queues and ``cap``, not by the table's size (the dashboard's overview
+        and queues page); :meth:`counts` and :meth:`oldest_ready` are exact but read every row.
+        A backend without a bounded path (no ``queue_summary`` verb) gets exact figures from those two
+        (its head is then the oldest ready job)."""
+        from .job import JobState
+
+        cap = _limit(cap)
+        states = [s.value for s in JobState]
+        fetch = getattr(self.backend, "queue_summary", None)
+        if fetch is None:
+            raw = {"counts": self.backend.counts(),
+                   "heads": [(q, n, oldest, age, paused) for q, n, oldest, age, paused in self.backend.oldest_ready()],
+                   "estimates": []}
+        else:
+            raw = fetch(cap)
+        estimates = {(q, s): int(n) for q, s, n in raw["estimates"]}
+        out: dict[str, dict[str, Any]] = {}
+
+        def entry(queue: str) -> dict[str, Any]:
+            return out.setdefault(queue, {"counts": {s: BoundedCount(0) for s in states}, "ready": BoundedCount(0),
+                                          "head_due_at": None, "head_age": None, "paused": False})
+
+        def bounded(n: int, key: tuple[str, str] | None) -> BoundedCount:
+            if fetch is None or n <= cap:  # without a bounded path every figure is exact
+                return BoundedCount(int(n))
+            return BoundedCount(cap, False, estimates.get(key) if key else None)
+
+        for queue, state, n in raw["counts"]:
+            entry(queue)["counts"][state] = bounded(int(n), (queue, state))
+        for queue, ready, due, age, paused in raw["heads"]:
+            e = entry(queue)
+            e.update(ready=bounded(int(ready or 0), None), head_due_at=due, head_age=age, paused=bool(paused))
+        return [QueueSummary(q, **out[q]) for q in sorted(out)]
+
     def oldest_ready(self) -> list[QueueAge]:
         """Per queue with jobs due now: how many wait, and the oldest one's age."""
         return [QueueAge(q, int(n), oldest, age, bool(paused)) for q, n, oldest, age, paused in
@@ -384,8 +505,8 @@ def all_pages(fetch: Any, limit: int = 1000) -> list[Any]:
         after = page.cursor
 
 
-__all__: Sequence[str] = ("Page", "QueueCount", "RunningJob", "BatchInFlight", "WorkerInfo", "FailureClass",
-                          "QueueAge", "ReadModel", "all_pages", "JobFilter", "JobRow", "Throughput", "AuditEntry")
+__all__: Sequence[str] = ("Page", "QueueCount", "BoundedCount", "QueueSummary", "RunningJob", "BatchInFlight", "WorkerInfo", "FailureClass",
+                          "QueueAge", "ReadModel", "all_pages", "JobFilter", "JobRow", "Throughput", "AuditEntry", "Latency")
 
 
 

@@ -41,6 +41,18 @@ def postgres(request: pytest.FixtureRequest, **options: Any) -> Subject:
 postgres.capabilities = {"server_bounds_leases"}  # type: ignore[attr-defined]
 
 
+def postgres15(request: pytest.FixtureRequest, **options: Any) -> Subject:
+    """PostgresBackend on a fresh database of the private PostgreSQL 15 (tests/pg15_server.py): the
+    oldest server version the suite runs on (issue 15: the versions people run)."""
+    from skiplock.backend.postgres import PostgresBackend
+
+    dsn = request.getfixturevalue("pg15_dsn")
+    return PostgresSubject(PostgresBackend(dsn, pool_size=4, **options), dsn, request.getfixturevalue("pg15_admin_dsn"))
+
+
+postgres15.capabilities = postgres.capabilities  # type: ignore[attr-defined]  # transaction_timeout aside (17+)
+
+
 
 def mariadb(request: pytest.FixtureRequest, **options: Any) -> Subject:
     """MySQLBackend on a fresh, migrated database of the private MariaDB 10.11 (tests/mariadb_server.py);
@@ -60,7 +72,7 @@ mariadb.not_yet = {  # type: ignore[attr-defined]
 }
 
 # One entry per backend; a test id names it (``test_x[postgres]``).
-BACKENDS: list[Callable[..., Subject]] = [postgres, mariadb]
+BACKENDS: list[Callable[..., Subject]] = [postgres, postgres15, mariadb]
 
 
 def pytest_configure(config: pytest.Config) -> None:

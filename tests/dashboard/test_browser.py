@@ -205,6 +205,8 @@ def test_operator_journey(browser, served, app, tmp_path):
         hold.unlink()
         link.wait_for(state="detached", timeout=30_000)
         assert app.get_job(running).state == "done"
+        # by server-sent events (GET /events/running), not by the polling fallback
+        assert page.locator("[data-live]").get_attribute("data-mode") == "events"
 
         for name, path in [("overview", "/"), ("workers", "/workers"), ("cron", "/cron"), ("outbox", "/outbox"),
                            ("audit", "/audit")]:

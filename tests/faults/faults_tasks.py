@@ -67,8 +67,10 @@ def record_execution(job: Any) -> None:
 
 
 def write_effect(job: Any, lease: str) -> None:
-    job.conn.execute("INSERT INTO effects (job_id, attempt, pid, lease) VALUES (%s, %s, %s, %s)",
-                     [job.id, job.attempt, os.getpid(), lease])
+    """Through a DB-API cursor (``%s`` placeholders): the same on psycopg and PyMySQL (test_fault_mariadb.py)."""
+    with job.conn.cursor() as cur:
+        cur.execute("INSERT INTO effects (job_id, attempt, pid, lease) VALUES (%s, %s, %s, %s)",
+                    (job.id, job.attempt, os.getpid(), lease))
 
 
 def _work(job: Any, sleep: float, sleep_first: float) -> None:

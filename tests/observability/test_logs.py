@@ -8,6 +8,8 @@ import logging
 import textwrap
 import threading
 
+import pytest
+
 from skiplock.observability.logs import JsonFormatter
 
 from support import run_cli, wait_for
@@ -94,7 +96,8 @@ def test_json_formatter_one_object_per_line_with_no_password():
     assert "s3cret-pass-word" not in line and entry["message"].startswith("cannot reach postgresql://me:")
 
 
-def test_the_cli_worker_logs_json_lines(dsn, tmp_path):
+@pytest.mark.parametrize("after", [False, True], ids=["before the command", "after the command"])
+def test_the_cli_worker_logs_json_lines(dsn, tmp_path, after):
     (tmp_path / "jsonapp.py").write_text(textwrap.dedent("""
         import skiplock
         app = skiplock.App()
@@ -105,8 +108,9 @@ def test_the_cli_worker_logs_json_lines(dsn, tmp_path):
     """))
     enqueued = run_cli(dsn, "enqueue", "hello", "--args", "{}", cwd=tmp_path)
     assert enqueued.returncode == 0, enqueued.stderr
-    result = run_cli(dsn, "--log-format", "json", "worker", "--app", "jsonapp:app", "--concurrency", "1",
-                     "--stop-when-empty", cwd=tmp_path)
+    args = ["worker", "--app", "jsonapp:app", "--concurrency", "1", "--stop-when-empty"]
+    args = args + ["--log-format", "json"] if after else ["--log-format", "json", *args]
+    result = run_cli(dsn, *args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     entries = [json.loads(line) for line in result.stderr.splitlines() if line.strip()]
     assert [e for e in entries if e["logger"] == "skiplock.worker" and " (hello) done in " in e["message"]], entries

@@ -61,7 +61,7 @@ def test_one_trace_from_the_request_to_the_handlers_downstream_call(app, db, tra
     assert execute.attributes["messaging.destination.name"] == "mail"
     assert "to" not in str(dict(execute.attributes)) and "example.com" not in str(dict(enqueue.attributes))
     assert spans["skiplock claim"]
-    assert traces_left(db) == 0  # consumed by the attempt that committed
+    assert traces_left(db) == 0  # forgotten once the job is done
 
 
 def test_enqueue_many_jobs_continue_the_batch_span_and_a_failure_is_an_error(app, traced):
@@ -82,6 +82,77 @@ def test_enqueue_many_jobs_continue_the_batch_span_and_a_failure_is_an_error(app
     assert {s.parent.span_id for s in executes} == {enqueue.context.span_id}
     failed = [s for s in executes if s.status.status_code == StatusCode.ERROR]
     assert [s.attributes["skiplock.outcome"] for s in failed] == ["failed"] and "three" in failed[0].status.description
+
+
+def test_async_enqueue_on_an_async_connection_continues_the_trace(app, db, traced):
+    """AsyncApp.enqueue / enqueue_many on the caller's AsyncConnection: the enqueue span, a child of
+    the caller's, and the context kept in the caller's transaction (so nothing if it rolls back)."""
+    import asyncio
+
+    import psycopg
+
+    from skiplock.aio import AsyncApp
+
+    tracer, exporter = traced
+
+    @app.task(name="send")
+    def send(job):
+        pass
+
+    aapp = AsyncApp(app=app)
+
+    async def produce() -> list[int]:
+        async with await psycopg.AsyncConnection.connect(app.dsn) as aconn:
+            with tracer.start_as_current_span("POST /async"):
+                async with aconn.transaction():
+                    one = await aapp.enqueue("send", {}, conn=aconn)
+                    many = await aapp.enqueue_many([("send", {}), ("send", {})], conn=aconn)
+                try:
+                    async with aconn.transaction():
+                        await aapp.enqueue("send", {}, conn=aconn)
+                        raise RuntimeError("roll back")
+                except RuntimeError:
+                    pass
+        return [one, *many]
+
+    ids = asyncio.run(produce())
+    assert traces_left(db) == 3  # the rolled-back enqueue left no carrier
+    app.worker(concurrency=1, handle_signals=False).run(stop_when_empty=True)
+    spans = by_name(exporter)
+    request, = spans["POST /async"]
+    enqueues = spans["skiplock enqueue send"]
+    assert len(enqueues) == 3 and {e.parent.span_id for e in enqueues} == {request.context.span_id}
+    executes = {s.attributes["skiplock.job_id"]: s for s in spans["skiplock execute send"]}
+    assert set(ids) <= set(executes)
+    assert {executes[i].context.trace_id for i in ids} == {request.context.trace_id}
+    assert {executes[i].parent.span_id for i in ids} <= {e.context.span_id for e in enqueues}
+
+
+@pytest.mark.parametrize("lease", ["transaction", "claimed"])
+def test_a_retry_continues_the_trace_of_its_enqueue(app, db, traced, lease):
+    """Every attempt's execute span is a child of the enqueue span -- also an attempt after one whose
+    outcome (a retry) committed -- and the stored context goes with the job's final outcome."""
+    tracer, exporter = traced
+    from support import wait_for
+
+    @app.task(name="flaky", lease=lease, max_attempts=3, retry=0.01)
+    def flaky(job):
+        if job.attempt < 3:
+            raise ValueError(f"attempt {job.attempt}")
+
+    with tracer.start_as_current_span("POST /flaky"):
+        job_id = app.enqueue("flaky", {})
+    def finished() -> bool:  # each run takes what is due; a retry is due 10 ms after its failure
+        app.worker(concurrency=1, handle_signals=False).run(stop_when_empty=True)
+        return app.get_job(job_id).state == "done"
+
+    wait_for(finished, 30, "the third attempt to succeed", interval=0.02)
+    spans = by_name(exporter)
+    enqueue, = spans["skiplock enqueue flaky"]
+    executes = sorted(spans["skiplock execute flaky"], key=lambda s: s.attributes["skiplock.attempt"])
+    assert [s.attributes["skiplock.outcome"] for s in executes] == ["retry", "retry", "done"]
+    assert {s.parent.span_id for s in executes} == {enqueue.context.span_id}
+    assert traces_left(db) == 0
 
 
 def test_nothing_is_stored_when_tracing_is_off(app, db):

@@ -9,8 +9,8 @@ Enforced now:
 A ratchet for the rest of the contract, which the redesign is still removing:
 
 3. the import cycles among all of skiplock's modules (each import edge on a cycle), and the modules above the seam (outside
-   ``skiplock.backend``) that import the driver (``psycopg``, ``psycopg_pool``) or
-   ``skiplock.backend.postgres``, are listed below as allowlists. A new one fails; so does an
+   ``skiplock.backend``) that import a driver (``psycopg``, ``psycopg_pool``, ``pymysql``) or
+   ``skiplock.backend.postgres`` / ``skiplock.backend.mysql``, are listed below as allowlists. A new one fails; so does an
    allowlisted one that no longer occurs, so the lists stay true and only ever shrink.
 
 What counts as an import: every ``import``/``from ... import`` statement in a module, at module
@@ -61,16 +61,25 @@ ALLOWED_DRIVER_IMPORTS: dict[str, set[str]] = {
 DRIVER_BY_DESIGN: dict[str, tuple[str, tuple[str, ...]]] = {
     "skiplock.dedup": ("an adapter for the receiver's own database, not the queue's: it runs on the user's "
                        "psycopg connection, in the user's transaction, on tables skiplock does not own", ()),
-    "skiplock.tools.demo": ("a verifier: it checks the queue's promises with its own SQL on its own connection, "
-                            "independently of the port it checks", ("skiplock.cli.demo",)),
-    "skiplock.tools.scenario": ("a verifier: it replays the seed's raw SQL transcript on two PostgreSQL "
-                                "sessions, literally", ("skiplock.cli.demo",)),
+    "skiplock.tools.pg_dialect": ("a verifier's dialect: scenario and demo check the queue's promises with their own "
+                                  "SQL on their own PostgreSQL connections, independently of the port they check",
+                                  ("skiplock.tools.dialect",)),
+    "skiplock.tools.mysql_dialect": ("the same verifiers' MySQL/MariaDB dialect: their own SQL on their own PyMySQL "
+                                     "connections", ("skiplock.tools.dialect",)),
+    "skiplock.contrib.django.connection": ("Django's psycopg 3 connection, the user's: enqueueing on it and binding "
+                                           "it to a handler's lease connection are the driver's objects by nature",
+                                           ("skiplock.contrib.django", "skiplock.contrib.django.backend",
+                                            "skiplock.contrib.django.runtime",
+                                            "skiplock.contrib.django.management.commands.skiplock")),
+    "skiplock.contrib.sqlalchemy": ("SQLAlchemy's postgresql+psycopg connections, the user's: enqueueing on their "
+                                    "driver connection and giving a Session the lease's are the driver's objects", ()),
 }
 
 # Rule 2: what the backend never imports.
 ABOVE_THE_BACKEND = ("skiplock.worker", "skiplock.maintenance", "skiplock.outbox", "skiplock.app", "skiplock.cli")
-DRIVER = ("psycopg", "psycopg_pool")
+DRIVER = ("psycopg", "psycopg_pool", "pymysql")
 POSTGRES_BACKEND = "skiplock.backend.postgres"
+MYSQL_BACKEND = "skiplock.backend.mysql"  # the drivers' backends: neither is imported above the seam
 
 
 @dataclass(frozen=True)
@@ -297,7 +306,7 @@ def driver_imports() -> dict[str, dict[str, list[Import]]]:
     for imp in imports():
         if within(imp.importer, "skiplock.backend") or imp.importer in DRIVER_BY_DESIGN:
             continue
-        if imp.target in DRIVER or within(imp.target, POSTGRES_BACKEND):
+        if imp.target in DRIVER or within(imp.target, POSTGRES_BACKEND) or within(imp.target, MYSQL_BACKEND):
             out.setdefault(imp.importer, {}).setdefault(imp.target, []).append(imp)
     return out
 

@@ -19,12 +19,14 @@ SUPPORTED = ("postgresql:// or postgres:// URIs, libpq key=value DSNs, or mysql:
 
 
 def open_backend(dsn: str, schema: str = "skiplock", *, lease_timeout: float = 600.0,
-                 connect_timeout: float | None = None) -> Backend:
+                 connect_timeout: float | None = None, direct_dsn: str | None = None) -> Backend:
     """The backend for ``dsn``. Nothing connects yet (the backend connects at first use).
 
     - PostgreSQL: ``postgresql://`` / ``postgres://`` URIs and libpq key=value DSNs;
     - ``mysql://`` / ``mariadb://``: the MySQL/MariaDB backend (``backend/mysql/``; its driver, PyMySQL,
       comes with ``pip install 'skiplock[mysql]'``: without it, a ConfigurationError saying so);
+    - ``direct_dsn`` (PostgreSQL): the server itself, for LISTEN when ``dsn`` goes through a transaction
+      pooler (backend/postgres/pooler.py);
     - any other scheme: :class:`ConfigurationError` naming the supported ones.
 
     Errors show the DSN without its password."""
@@ -33,7 +35,7 @@ def open_backend(dsn: str, schema: str = "skiplock", *, lease_timeout: float = 6
         from .postgres.backend import PostgresBackend
         from .postgres.connections import DEFAULT_CONNECT_TIMEOUT
 
-        return PostgresBackend(dsn, schema, lease_timeout=lease_timeout,
+        return PostgresBackend(dsn, schema, lease_timeout=lease_timeout, direct_dsn=direct_dsn,
                                connect_timeout=DEFAULT_CONNECT_TIMEOUT if connect_timeout is None else connect_timeout)
     if found in MYSQL_SCHEMES:
         try:

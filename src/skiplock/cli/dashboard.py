@@ -3,7 +3,8 @@ uvicorn. Closed by default: the viewer token comes from ``--token-file`` or
 ``SKIPLOCK_DASHBOARD_TOKEN``, the operator's from ``--operator-token-file`` or
 ``SKIPLOCK_DASHBOARD_OPERATOR_TOKEN``; with neither, a random operator token is made and printed as a
 login URL (as Jupyter does). Tokens are never taken on the command line (other local users can read
-it) and never logged: uvicorn's access log, which would show a login URL, is off."""
+it) and never logged: uvicorn's access log, which would show a login URL, is off. ``/metrics`` is
+served by default (``--no-metrics`` to leave it out), behind the same tokens."""
 
 from __future__ import annotations
 
@@ -11,12 +12,17 @@ import os
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from .group import APP_SEARCH, Context, err_console, fail, handle_errors
 
 EXTRA = "pip install 'skiplock[dashboard]'"
+# Seconds between the samples of the gauges /metrics serves (as a worker's default metrics_interval).
+METRICS_INTERVAL = 15.0
+# On SIGTERM/SIGINT, requests still open after this many seconds (event streams) are ended.
+SHUTDOWN_SECONDS = 3
 
 
 def read_token(path: str, option: str) -> str:
@@ -47,10 +53,14 @@ def read_token(path: str, option: str) -> str:
 @click.option("--app", "app_spec", envvar="SKIPLOCK_APP", help=f"module:app, to show its cron schedules. {APP_SEARCH}")
 @click.option("--poll", type=click.FloatRange(1, 60), default=3.0, show_default=True,
               help="Seconds between the live pages' refreshes.")
+@click.option("--metrics/--no-metrics", default=True, show_default=True,
+              help="Serve Prometheus metrics at /metrics, behind the dashboard's tokens (needs skiplock[metrics]; "
+                   "without it, skipped with a note), the queue and outbox gauges sampled every "
+                   f"{METRICS_INTERVAL:g} s.")
 @click.pass_obj
 @handle_errors
 def dashboard(obj: Context, host: str, port: int, token_file: str | None, operator_token_file: str | None,
-              app_spec: str | None, poll: float) -> None:
+              app_spec: str | None, poll: float, metrics: bool) -> None:
     """Serve the web dashboard (pages, actions, audit log; see docs/dashboard.md)."""
     try:
         import uvicorn
@@ -67,8 +77,9 @@ def dashboard(obj: Context, host: str, port: int, token_file: str | None, operat
         operator = new_token()
     app = obj.app(app_spec)
     app.check()
+    routes, sampler = metrics_routes(app, METRICS_INTERVAL) if metrics else ([], None)
     try:
-        asgi = create_app(app, token=viewer, operator_token=operator, poll_seconds=poll)
+        asgi = create_app(app, token=viewer, operator_token=operator, poll_seconds=poll, routes=routes)
     except ValueError as exc:
         fail(str(exc))
     shown = f"[{host}]" if ":" in host else host
@@ -79,4 +90,34 @@ def dashboard(obj: Context, host: str, port: int, token_file: str | None, operat
         roles = " and ".join(r for r, t in (("read-only", viewer), ("operator", operator)) if t)
         err_console.print(f"skiplock dashboard on {url} ({roles} token configured)", markup=False, soft_wrap=True)
     sys.stderr.flush()
-    uvicorn.run(asgi, host=host, port=port, log_level="warning", access_log=False)
+    try:
+        # a live page's event stream stays open for minutes: a stop waits for none longer than this
+        uvicorn.run(asgi, host=host, port=port, log_level="warning", access_log=False,
+                    timeout_graceful_shutdown=SHUTDOWN_SECONDS)
+    finally:
+        if sampler is not None:
+            sampler.stop()
+
+
+def metrics_routes(app: Any, interval: float) -> tuple[list[Any], Any]:
+    """``GET /metrics`` (the App's Prometheus registry) as a route behind the dashboard's own
+    authentication (any role's token or session: 401 without), and the started sampler of its queue
+    and outbox gauges; none without prometheus_client (a one-line note says so)."""
+    try:
+        from prometheus_client.exposition import CONTENT_TYPE_LATEST
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import Response
+        from starlette.routing import Route
+
+        from ..observability.metrics import Sampler
+    except ImportError:
+        err_console.print("skiplock dashboard: /metrics not served (pip install 'skiplock[metrics]')",
+                          markup=False, soft_wrap=True)
+        return [], None
+    registry = app.enable_metrics()
+    sampler = Sampler(registry, interval).start()
+
+    async def endpoint(request: Any) -> Any:
+        return Response(await run_in_threadpool(registry.exposition), media_type=CONTENT_TYPE_LATEST)
+
+    return [Route("/metrics", endpoint)], sampler

@@ -47,12 +47,16 @@ DEFAULT_BATCH_SIZE = 32
                    "needs 'Authorization: Bearer TOKEN', TOKEN from SKIPLOCK_METRICS_TOKEN (or "
                    "SKIPLOCK_DASHBOARD_TOKEN), else a random one written to a file this user alone can read.")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address the metrics port binds.")
+@click.option("--health-port", type=click.IntRange(0, 65535),
+              help="Serve GET /livez (the process answers) and /readyz (the database answers, the slots run) on "
+                   "this port, without a token: they show no job data (see docs/deployment.md).")
+@click.option("--health-host", default="127.0.0.1", show_default=True, help="Address the health port binds.")
 @click.pass_obj
 @handle_errors
 def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, poll_interval: float,
            batch_size: int, batch_budget: float, batch_slots: int, fixed_concurrency: bool, stop_when_empty: bool,
            due_within: float, log_level: str, no_maintenance: bool, fail_unknown_tasks: bool,
-           metrics_port: int | None, metrics_host: str) -> None:
+           metrics_port: int | None, metrics_host: str, health_port: int | None, health_host: str) -> None:
     """Run a worker. SIGINT/SIGTERM: finish in-flight jobs and exit 0; a second signal aborts them."""
     from ..observability.logs import configure_logging
 
@@ -74,6 +78,9 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
     log.info("worker %s serving %s with %d slot(s); tasks: %s", w.name,
              ", ".join(queue_list) if queue_list else "all queues", concurrency, ", ".join(sorted(app.tasks)) or "none")
     server = start_metrics(app, metrics_host, metrics_port) if metrics_port is not None else None
+    # --stop-when-empty runs several workers one after another: readiness then asks the database only
+    health = start_health(app, health_host, health_port, None if stop_when_empty else w) \
+        if health_port is not None else None
     try:
         if stop_when_empty:
             from .drain import drain_until_quiet
@@ -84,6 +91,8 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
     finally:
         if server is not None:
             server.stop()
+        if health is not None:
+            health.stop()
     log.info("worker %s stopped: %d done, %d retried, %d failed", w.name, stats.done, stats.retried, stats.failed)
     sys.exit(1 if stats.aborted else 0)
 
@@ -105,5 +114,18 @@ def start_metrics(app: Any, host: str, port: int) -> Any:
     where = (f"the bearer token is in {token_file} (readable by this user only; set SKIPLOCK_METRICS_TOKEN to "
              "choose one)") if token_file is not None else "bearer token from the environment"
     err_console.print(f"skiplock: metrics at http://{host}:{server.port}/metrics; {where}", markup=False,
+                      soft_wrap=True)
+    return server
+
+
+def start_health(app: Any, host: str, port: int, worker: Any) -> Any:
+    """The worker's /livez and /readyz server (observability/health.py), or a one-line error (exit 2)."""
+    from ..observability.health import HealthServer
+
+    try:
+        server = HealthServer(app, host, port, worker).start()
+    except OSError as exc:
+        fail(f"--health-port: cannot listen on {host}:{port}: {exc.strerror or exc}")
+    err_console.print(f"skiplock: health at http://{host}:{server.port}/livez and /readyz", markup=False,
                       soft_wrap=True)
     return server

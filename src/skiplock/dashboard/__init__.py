@@ -24,7 +24,7 @@ Redact = Callable[[str, dict], Any] | Mapping[str, Sequence[str]]
 
 def create_app(app: "App", *, token: str | None = None, operator_token: str | None = None,
                secret: bytes | None = None, routes: Sequence[Any] = (), redact: Redact | None = None,
-               poll_seconds: float = 3.0, bulk_max: int = 10_000) -> Any:
+               poll_seconds: float = 3.0, bulk_max: int = 10_000, trusted_origins: Sequence[str] = ()) -> Any:
     """The dashboard of ``app`` as an ASGI app.
 
     - ``token``: the viewer (read-only) token; ``operator_token``: the operator's (every action).
@@ -37,8 +37,11 @@ def create_app(app: "App", *, token: str | None = None, operator_token: str | No
       a callable ``(task, args) -> args`` shown instead.
     - ``poll_seconds``: how often live pages refresh; ``bulk_max``: the most jobs one bulk action
       touches (newest first; run it again for the rest).
+    - ``trusted_origins``: origins (``https://ops.example.com``) allowed to POST besides the one the
+      request was sent to (its ``Host``): for a reverse proxy that rewrites ``Host``. Any other
+      ``Origin`` on a POST gets 403 (see ``middleware.cross_origin``).
     """
     from .web import build
 
     return build(app, Auth(token, operator_token, secret=secret), routes=routes, redact=redact,
-                 poll_seconds=poll_seconds, bulk_max=bulk_max)
+                 poll_seconds=poll_seconds, bulk_max=bulk_max, trusted_origins=trusted_origins)

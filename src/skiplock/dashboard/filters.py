@@ -32,6 +32,13 @@ def dur(value: timedelta | float | None) -> str:
     return f"{hours} h {minutes} min" if hours else f"{minutes} min {secs} s"
 
 
+def latency(seconds: float | None) -> str:
+    """A short wait: milliseconds under a second, else as :func:`dur`."""
+    if seconds is None:
+        return ""
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else dur(seconds)
+
+
 def ago(value: datetime | None, now: datetime | None = None) -> str:
     if value is None:
         return ""

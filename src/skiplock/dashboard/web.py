@@ -8,7 +8,10 @@ thread pool too. Every action: operator role, CSRF token for a cookie session, t
 
 from __future__ import annotations
 
+import asyncio
+import json
 import math
+import time
 from datetime import datetime, timedelta, timezone
 from importlib import resources
 from typing import Any, Sequence
@@ -17,19 +20,27 @@ from urllib.parse import urlencode
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import JobNotFound
 from ..job import JobState
-from ..readmodel import JobFilter, all_pages
+from ..readmodel import ARGS_WINDOW, BoundedCount, JobFilter
 from .actions import BULK_STATES, Actions
 from .auth import COOKIE, Auth, Identity
-from .filters import ago, dur, filter_from, page_size, parse_time, pretty, ts
+from .filters import ago, dur, filter_from, latency, page_size, parse_time, pretty, ts
 from .middleware import AuthMiddleware, route_path
 
 HERE = resources.files(__package__)
+
+# Counts shown exactly up to this many jobs per queue and state (then estimated: see
+# ReadModel.queue_summary); jobs running counted up to RUNNING_CAP on /api/overview.
+COUNT_CAP = 1000
+RUNNING_CAP = 1000
+# A live page's event stream ends after this many seconds (the browser reconnects, authenticated again).
+SSE_SECONDS = 300.0
 
 
 class Dashboard(Actions):
@@ -40,7 +51,7 @@ class Dashboard(Actions):
         self.poll_seconds, self.bulk_max = poll_seconds, bulk_max
         self.env = Environment(loader=FileSystemLoader(str(HERE.joinpath("templates"))),
                                autoescape=select_autoescape(default=True, default_for_string=True))
-        self.env.filters.update(ts=ts, dur=dur, ago=ago, pretty=pretty)
+        self.env.filters.update(ts=ts, dur=dur, ago=ago, pretty=pretty, latency=latency)
 
     # ---- rendering ---------------------------------------------------------------------------
 
@@ -61,6 +72,24 @@ class Dashboard(Actions):
             return self.redact(task, dict(args))
         keys = set(self.redact.get(task, ()))
         return {k: ("[redacted]" if k in keys else v) for k, v in args.items()}
+
+    def unredacted_matches(self, rows: list[Any], text: str) -> list[Any]:
+        """Those of ``rows`` (an args-text search's page) whose args *as the job page shows them* --
+        redacted -- contain ``text``: a search must not tell whether a hidden value holds a text (or
+        anyone could read a redacted password a character at a time). The database found the rows
+        on the raw args; each one is checked again here on its redacted args. The page's cursor is
+        the database's, so no row is skipped: a page may only come back shorter."""
+        needle = text.lower()
+        out = []
+        for row in rows:
+            try:
+                job = self.app.get_job(row.id)
+            except JobNotFound:
+                continue  # deleted meanwhile
+            shown = json.dumps(self.redacted_args(job.task, job.args), default=str, ensure_ascii=False)
+            if needle in shown.lower():
+                out.append(row)
+        return out
 
     # ---- login -------------------------------------------------------------------------------
 
@@ -94,23 +123,23 @@ class Dashboard(Actions):
     # ---- pages -------------------------------------------------------------------------------
 
     def overview_data(self) -> dict[str, Any]:
+        """The overview's figures, each read in bounded time at any table size: the queue summary
+        (counts exact up to ``COUNT_CAP``, then estimated), the last hour's throughput and failures
+        (ranges of jobs_finished_idx)."""
         rm = self.app.read_model
-        counts = rm.counts()
+        summary = rm.queue_summary(cap=COUNT_CAP)
         states = [s.value for s in JobState]
-        queues = sorted({c.queue for c in counts})
-        table = {q: {s: 0 for s in states} for q in queues}
-        totals = {s: 0 for s in states}
-        for c in counts:
-            table[c.queue][c.state] = c.count
-            totals[c.state] += c.count
+        table = {q.queue: q.counts for q in summary}
+        totals = {s: sum((q.counts[s] for q in summary), BoundedCount(0)) for s in states}
         minutes = rm.throughput(timedelta(hours=1))
         done = sum(m.done for m in minutes)
         failed = sum(m.failed for m in minutes)
         peak = max([m.done + m.failed + m.cancelled for m in minutes] or [0])
-        return {"states": states, "queues": queues, "table": table, "totals": totals, "minutes": minutes,
-                "done_hour": done, "failed_hour": failed, "peak": peak,
+        return {"states": states, "queues": [q.queue for q in summary], "table": table, "totals": totals,
+                "minutes": minutes, "done_hour": done, "failed_hour": failed, "peak": peak,
                 "failure_rate": (failed / (done + failed)) if done + failed else None,
-                "ready": rm.oldest_ready(), "failures": rm.failures(since=timedelta(hours=1))[:20]}
+                "ready": [q for q in summary if q.ready.n or q.paused], "cap": COUNT_CAP,
+                "failures": rm.failures(since=timedelta(hours=1))[:20], "latency": rm.pickup_latency()}
 
     def overview(self, request: Request) -> Response:
         return self.render(request, "overview.html", live="overview_live.html", title="Overview",
@@ -120,17 +149,21 @@ class Dashboard(Actions):
         params = request.query_params
         try:
             flt = filter_from(params)
-            page = self.app.read_model.find_jobs(flt, limit=page_size(params.get("limit")), after=params.get("after"))
+            limit = page_size(params.get("limit"))
+            page = self.app.read_model.find_jobs(flt, limit=limit, after=params.get("after"))
         except ValueError as exc:
             return self.render(request, "jobs.html", status=400, title="Jobs", error=str(exc), flt=JobFilter(),
-                               form=dict(params), rows=[], next_url=None, bulk_states=BULK_STATES)
+                               form=dict(params), rows=[], next_url=None, bulk_states=BULK_STATES,
+                               searched_from=None)
+        rows = self.unredacted_matches(page.items, flt.args) if flt.args and self.redact is not None else page.items
         next_url = None
         if page.cursor is not None:
             query = {k: v for k, v in params.items() if k != "after"}
             query["after"] = page.cursor
             next_url = "?" + urlencode(query)
-        return self.render(request, "jobs.html", title="Jobs", flt=flt, form=dict(params), rows=page.items,
-                           next_url=next_url, error=None, bulk_states=BULK_STATES)
+        return self.render(request, "jobs.html", title="Jobs", flt=flt, form=dict(params), rows=rows,
+                           next_url=next_url, error=None, bulk_states=BULK_STATES,
+                           searched_from=page.searched_from, limit=limit, window=ARGS_WINDOW)
 
     def job(self, request: Request) -> Response:
         job_id = request.path_params["job_id"]
@@ -147,8 +180,13 @@ class Dashboard(Actions):
         if job.finished_at:
             timeline.append((f"finished: {job.state.value}", job.finished_at, None))
         timeline.sort(key=lambda e: e[1] or datetime.max.replace(tzinfo=timezone.utc))
+        ran = []  # each failed attempt's run time, where its entry says when it started
+        for entry in job.errors:
+            began, ended = parse_time(entry.get("started_at")), parse_time(entry.get("at"))
+            ran.append((ended - began).total_seconds() if began and ended else None)
         return self.render(request, "job.html", title=f"Job {job.id}", job=job,
-                           args=self.redacted_args(job.task, job.args), timeline=timeline)
+                           args=self.redacted_args(job.task, job.args), timeline=timeline,
+                           attempts=list(zip(job.errors, ran)))
 
     def running(self, request: Request) -> Response:
         rm = self.app.read_model
@@ -164,9 +202,8 @@ class Dashboard(Actions):
                            stale_after=stale_after)
 
     def queues(self, request: Request) -> Response:
-        ready = {q.queue: q for q in self.app.read_model.oldest_ready()}
         return self.render(request, "queues.html", live="queues_live.html", title="Queues",
-                           queues=self.app.queues(), ready=ready)
+                           queues=self.app.read_model.queue_summary(cap=COUNT_CAP))
 
     def cron(self, request: Request) -> Response:
         now = datetime.now(timezone.utc)
@@ -186,18 +223,75 @@ class Dashboard(Actions):
         next_url = "?" + urlencode({"after": page.cursor}) if page.cursor else None
         return self.render(request, "audit.html", title="Audit log", entries=page.items, next_url=next_url)
 
+    # ---- live updates (server-sent events; the pages fall back to polling) -------------------
+
+    LIVE_PAGES = ("overview", "running", "workers", "queues")
+
+    async def events(self, request: Request) -> Response:
+        """``GET /events/{page}``: the live region of one page (overview, running, workers, queues)
+        as a stream of server-sent events -- the fragment's HTML as an ``update`` event whenever it
+        changed, read every ``poll_seconds``, a comment line otherwise (so a dead client is noticed).
+        A stream ends after ``SSE_SECONDS`` (the browser's EventSource reconnects, and the request is
+        authenticated again: an expired session or a changed token ends the updates)."""
+        name = request.path_params["page"]
+        if name not in self.LIVE_PAGES:
+            return JSONResponse({"error": f"no live page {name!r}"}, status_code=404)
+        handler = self.overview if name == "overview" else getattr(self, name)
+        scope = dict(request.scope, query_string=b"fragment=1")
+
+        async def stream() -> Any:
+            last = None
+            ends = time.monotonic() + SSE_SECONDS
+            yield f"retry: {int(self.poll_seconds * 1000)}\n\n"
+            while time.monotonic() < ends and not await request.is_disconnected():
+                response = await run_in_threadpool(handler, Request(scope))
+                html = bytes(response.body).decode()
+                if html != last:
+                    last = html
+                    yield "event: update\n" + "".join(f"data: {line}\n" for line in html.split("\n")) + "\n"
+                else:
+                    yield ": unchanged\n\n"
+                await asyncio.sleep(self.poll_seconds)
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"X-Accel-Buffering": "no"})  # a proxy must not buffer it
+
+    # ---- health (public: no job data; observability/health.py) -------------------------------
+
+    def health(self, request: Request) -> Response:
+        from ..observability.health import respond
+
+        status, body = respond(route_path(request.scope), self.app)
+        return Response(body, status_code=status, media_type="text/plain")
+
     # ---- the JSON API (bearer or session) ----------------------------------------------------
 
     def api_overview(self, request: Request) -> Response:
+        """Per queue: counts per state (``n``; ``exact`` False: more than ``n``, about ``estimate``),
+        ready jobs and the head's wait; and how many jobs run now (at most ``RUNNING_CAP``: more is
+        ``running_more``)."""
         rm = self.app.read_model
-        return JSONResponse({"counts": [c.__dict__ for c in rm.counts()],
-                             "ready": [{"queue": q.queue, "ready": q.ready, "age_seconds": q.age.total_seconds(),
-                                        "paused": q.paused} for q in rm.oldest_ready()],
-                             "running": len(all_pages(rm.running_now, 1000))})
+        summary = rm.queue_summary(cap=COUNT_CAP)
+        running = rm.running_now(limit=RUNNING_CAP)
+
+        def count(c: BoundedCount) -> dict[str, Any]:
+            return {"n": c.n, "exact": c.exact, "estimate": c.estimate}
+
+        return JSONResponse({
+            "queues": [{"queue": q.queue, "paused": q.paused, "counts": {s: count(c) for s, c in q.counts.items()},
+                        "ready": count(q.ready),
+                        "head_age_seconds": None if q.head_age is None else q.head_age.total_seconds()}
+                       for q in summary],
+            # the form of earlier versions: exact counts only (a capped one is left out of it)
+            "counts": [{"queue": q.queue, "state": s, "count": c.n} for q in summary for s, c in q.counts.items()
+                       if c.n and c.exact],
+            "ready": [{"queue": q.queue, "ready": q.ready.n, "age_seconds": q.head_age.total_seconds(),
+                       "paused": q.paused} for q in summary if q.head_age is not None],
+            "running": len(running), "running_more": running.cursor is not None})
 
 
 def build(app: Any, auth: Auth, *, routes: Sequence[Any], redact: Any, poll_seconds: float,
-          bulk_max: int) -> Starlette:
+          bulk_max: int, trusted_origins: Sequence[str] = ()) -> Starlette:
     if not (isinstance(poll_seconds, (int, float)) and math.isfinite(poll_seconds) and poll_seconds > 0):
         raise ValueError(f"poll_seconds must be a positive number, got {poll_seconds!r}")
     if isinstance(bulk_max, bool) or not isinstance(bulk_max, int) or not 1 <= bulk_max <= 10_000:
@@ -220,9 +314,12 @@ def build(app: Any, auth: Auth, *, routes: Sequence[Any], redact: Any, poll_seco
         Route("/outbox/redrive", d.redrive, methods=["POST"]),
         Route("/audit", d.audit),
         Route("/api/overview", d.api_overview),
+        Route("/events/{page:str}", d.events),
+        Route("/livez", d.health),
+        Route("/readyz", d.health),
         Mount("/static", StaticFiles(directory=str(HERE.joinpath("static"))), name="static"),
         *routes,
     ]
     web = Starlette(routes=table)
     web.state.dashboard = d
-    return AuthMiddleware(web, auth)  # type: ignore[return-value]
+    return AuthMiddleware(web, auth, trusted_origins)  # type: ignore[return-value]

@@ -2,8 +2,8 @@
 
 Spans (tracer ``skiplock``):
 
-- ``skiplock enqueue`` (PRODUCER) around ``enqueue``/``enqueue_many``, a child of whatever span is
-  current in the caller (a web request's, say). The trace context (the global propagator's carrier,
+- ``skiplock enqueue`` (PRODUCER) around ``enqueue``/``enqueue_many`` (``AsyncApp``'s too, on an
+  ``AsyncConnection`` as well), a child of whatever span is current in the caller (a web request's, say). The trace context (the global propagator's carrier,
   W3C ``traceparent`` by default) is stored with the jobs (table ``job_traces``, migration 0011): in the
   caller's transaction with ``conn=...``, else just after the enqueue's own commit -- a worker that
   claims the job in between starts a new trace for it.
@@ -12,8 +12,8 @@ Spans (tracer ``skiplock``):
   (the stored context is taken, in the claim's transaction, by the attempt that claims it), and the
   current span while the handler runs: spans of the handler's own calls (an instrumented HTTP client)
   are its children. So one trace shows request -> enqueue -> execute -> downstream call. Its status is
-  ERROR for a failed attempt. The context is consumed by the first attempt whose transaction commits:
-  a retry after that starts its own trace.
+  ERROR for a failed attempt. Every attempt reads the stored context, so a retry's execute span is a
+  child of the enqueue span too; the context is deleted once an attempt ends done, failed or cancelled.
 
 Attributes: ``messaging.system`` = ``skiplock``, ``messaging.destination.name`` (the queue),
 ``skiplock.task``, ``skiplock.job_id``, ``skiplock.attempt``, ``skiplock.outcome`` -- no arguments.
@@ -24,6 +24,7 @@ With tracing off nothing here is imported and the enqueue and claim statements a
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 try:
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
     from ..backend.base import ClaimedJob, Lease
 
 SYSTEM = "skiplock"
+# Outcomes after which no attempt of the job follows: its stored trace context is forgotten.
+FINAL = ("done", "failed", "cancelled")
+log = logging.getLogger("skiplock.tracing")
 
 
 class Tracing:
@@ -71,6 +75,24 @@ class Tracing:
 
             yield keep
 
+    @contextlib.contextmanager
+    def enqueue_async(self, task: str, queue: str, count: int) -> Iterator[Any]:
+        """:meth:`enqueue` for ``AsyncApp`` on an ``AsyncConnection``: yields a coroutine function
+        ``keep(ids, aconn)`` storing the trace context in the caller's transaction. (The span is
+        current in the coroutine's context: OpenTelemetry's context is a contextvar.)"""
+        attributes: dict[str, Any] = {"messaging.system": SYSTEM, "messaging.destination.name": queue,
+                                      "skiplock.task": task, "messaging.batch.message_count": count}
+        with self.tracer.start_as_current_span(f"skiplock enqueue {task}", kind=SpanKind.PRODUCER,
+                                               attributes=attributes):
+            async def keep(ids: Sequence[int], aconn: Any) -> None:
+                store = self.store
+                carrier: dict[str, str] = {}
+                propagate.inject(carrier)
+                if store is not None and carrier and ids and hasattr(store, "store_async"):
+                    await store.store_async(ids, carrier, aconn)
+
+            yield keep
+
     # ---- working ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -86,7 +108,7 @@ class Tracing:
             return {}
         return store.take(lease, [job.id for job in jobs])
 
-    def start_execute(self, claimed: "ClaimedJob", attempt: int, carrier: dict[str, str] | None) -> tuple[Any, Any]:
+    def start_execute(self, claimed: "ClaimedJob", attempt: int, carrier: dict[str, str] | None) -> tuple[Any, Any, int]:
         """Start the execute span (current until :meth:`end_execute`); returns what ``end_execute`` needs."""
         parent = propagate.extract(carrier) if carrier else None
         span = self.tracer.start_span(
@@ -94,16 +116,24 @@ class Tracing:
             attributes={"messaging.system": SYSTEM, "messaging.destination.name": claimed.queue,
                         "skiplock.task": claimed.task, "skiplock.job_id": claimed.id, "skiplock.attempt": attempt})
         token = otel_context.attach(trace.set_span_in_context(span))
-        return span, token
+        return span, token, claimed.id
 
-    @staticmethod
-    def end_execute(started: tuple[Any, Any], outcome: str, error: str | None) -> None:
-        span, token = started
+    def end_execute(self, started: tuple[Any, Any, int], outcome: str, error: str | None) -> None:
+        """End the execute span; after a final outcome (done, failed, cancelled) forget the job's
+        stored context (a retry or snooze keeps it: the next attempt continues the same trace).
+        Never raises for the store: tracing cannot break a job."""
+        span, token, job_id = started
         span.set_attribute("skiplock.outcome", outcome)
         if outcome in ("retry", "failed"):
             span.set_status(Status(StatusCode.ERROR, (error or "").split("\n", 1)[0][:500]))
         otel_context.detach(token)
         span.end()
+        store = self.store
+        if outcome in FINAL and store is not None and hasattr(store, "forget"):
+            try:
+                store.forget(job_id)
+            except Exception as exc:  # noqa: BLE001 - a row left behind costs a few bytes; the job goes on
+                log.debug("trace context of job %s not forgotten: %s", job_id, exc)
 
     # ---- outbox ----------------------------------------------------------------------------
 

@@ -1,20 +1,20 @@
-"""Replays the seed's two-session psql transcript against a real PostgreSQL and checks every step."""
+"""Replays the seed's two-session psql transcript against a real PostgreSQL or MySQL/MariaDB (the same
+SQL runs on both) and checks every step; the database-specific part is tools/dialect.py's."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
-from psycopg import sql
-from psycopg.pq import TransactionStatus
+from types import ModuleType
+
 from rich.console import Console
 
-from ..errors import redact
+from ..errors import ConfigurationError, SkiplockError, redact
+from .dialect import for_dsn
 
 CLAIM_SQL = "SELECT id, task FROM jobs WHERE state = 'queued'\n   ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED;"
-LOCK_TIMEOUT = "2s"
-_MARKER = "skiplock scenario scratch schema"  # COMMENT ON SCHEMA: we only ever drop schemas carrying it
+LOCK_TIMEOUT_S = 2  # each session's lock wait bound, in seconds
 
 
 @dataclass
@@ -97,51 +97,48 @@ def _show(expect: str | Rows) -> str:
     return f"columns ({', '.join(expect.columns)}): {body}"
 
 
-def _error_text(e: psycopg.Error) -> str:
-    msg = (e.diag.message_primary if e.diag else None) or str(e).strip()
-    blocked = isinstance(e, psycopg.errors.LockNotAvailable)
-    waited = " (blocked by a row lock the other session holds)" if blocked else ""
-    return f"error {type(e).__name__}: {msg}{waited}"
-
-
 def run_scenario(dsn: str, *, schema: str = "skiplock_scenario", out: Console | None = None,
                  keep: bool = False, claim_sql: str | None = None) -> ScenarioResult:
     """Replay the seed transcript on two connections (sessions A and B) and check every step.
 
     Demonstrated: at READ COMMITTED, B's ``FOR UPDATE SKIP LOCKED`` claim skips the row A holds
-    (B has ``lock_timeout`` so a wait becomes an error, not a hang), the completion UPDATEs commit,
-    and an explicit ROLLBACK makes B's selected job available again.  Not demonstrated: no worker
-    process is killed, no task (email, invoice) is executed, nothing about duplicate-free external
-    effects or FIFO fairness.  Runs in a scratch schema (created, then dropped unless ``keep``);
-    ``claim_sql`` replaces the claim statement so tests can inject a deviation.
+    (B has a lock wait bound -- PostgreSQL's ``lock_timeout``, MySQL's ``innodb_lock_wait_timeout``
+    -- so a wait becomes an error, not a hang), the completion UPDATEs commit, and an explicit
+    ROLLBACK makes B's selected job available again.  Not demonstrated: no worker process is
+    killed, no task (email, invoice) is executed, nothing about duplicate-free external effects or
+    FIFO fairness.  Runs in a scratch schema (on MySQL/MariaDB a scratch database; created, then
+    dropped unless ``keep``), through the DSN's dialect (tools/dialect.py: PostgreSQL, or
+    MySQL/MariaDB where the same SQL runs); ``claim_sql`` replaces the claim statement so tests
+    can inject a deviation.
     """
     out = out or Console()
 
     def say(line: str = "", style: str | None = None) -> None:
         out.print(line, markup=False, highlight=False, emoji=False, soft_wrap=True, style=style)
 
+    try:
+        dialect = for_dsn(dsn)
+    except ConfigurationError as e:
+        return _verdict(say, [StepFailure(0, "setup: choose the database's dialect", "success", str(e))], 0)
     steps = seed_steps(claim_sql or CLAIM_SQL)
     failures: list[StepFailure] = []
-    conns: dict[str, psycopg.Connection[Any]] = {}
-    ident = sql.Identifier(schema)
+    conns: dict[str, Any] = {}
     done, owned = 0, False
     try:
         try:
             for name in ("A", "B"):
-                conns[name] = psycopg.connect(dsn, autocommit=True)
-            _setup(conns["A"], ident, schema)
+                conns[name] = dialect.scenario_connect(dsn)
+            shown = dialect.scenario_setup(conns["A"], schema)
             owned = True
             for c in conns.values():
-                c.execute("SELECT set_config('search_path', %s, false), set_config('lock_timeout', %s, false)",
-                          (ident.as_string(c), LOCK_TIMEOUT))
-        except psycopg.Error as e:
+                narration = dialect.scenario_use(c, schema, LOCK_TIMEOUT_S)
+        except (dialect.Error, SkiplockError) as e:
             failures.append(StepFailure(0, "setup: connect and create the scratch schema", "success",
-                                        redact(_error_text(e), dsn)))  # libpq may quote the DSN
+                                        redact(_error(dialect, e), dsn)))  # the driver may quote the DSN
             return _verdict(say, failures, 0)
-        say(f"-- setup (not part of the walk-through): schema {ident.as_string(conns['A'])}, table jobs with rows "
+        say(f"-- setup (not part of the walk-through): schema {shown}, table jobs with rows "
             f"(1, 'send welcome email'), (2, 'generate invoice'), state 'queued';", style="dim")
-        say(f"-- search_path set on A and B; lock_timeout = {LOCK_TIMEOUT} on both, so a lock wait fails "
-            f"instead of hanging.", style="dim")
+        say(f"-- {narration}, so a lock wait fails instead of hanging.", style="dim")
         say()
         say("Two workers select available queued rows in id order and mark database state done. "
             "Task names are data; no email or invoice is executed.")
@@ -151,7 +148,7 @@ def run_scenario(dsn: str, *, schema: str = "skiplock_scenario", out: Console | 
                 say(step.before)
             say()
             _echo(say, step)
-            got, ok = _run_step(say, conns[step.session], step)
+            got, ok = _run_step(say, dialect, conns[step.session], step)
             done = number
             if not ok:
                 failures.append(StepFailure(number, step.description, _show(step.expect), got))
@@ -159,24 +156,13 @@ def run_scenario(dsn: str, *, schema: str = "skiplock_scenario", out: Console | 
                     style="bold red")
         return _verdict(say, failures, done)
     finally:
-        _cleanup(say, conns, ident, drop=owned and not keep)
+        warning = dialect.scenario_cleanup(list(conns.values()), schema, drop=owned and not keep)
+        if warning:
+            say(f"warning: {warning}", style="yellow")
 
 
-def _setup(c: psycopg.Connection[Any], ident: sql.Identifier, schema: str) -> None:
-    """Create (or reuse our own) scratch schema and a fresh jobs table; refuse any other existing schema."""
-    row = c.execute("SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = %s",
-                    (schema,)).fetchone()
-    if row is not None and row[0] != _MARKER:
-        raise psycopg.ProgrammingError(
-            f"schema {schema!r} already exists and is not a skiplock scenario scratch schema; choose another name")
-    with c.transaction():
-        c.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
-        c.execute(sql.SQL("COMMENT ON SCHEMA {} IS {}").format(ident, sql.Literal(_MARKER)))
-        c.execute(sql.SQL("DROP TABLE IF EXISTS {}.jobs").format(ident))
-        c.execute(sql.SQL("CREATE TABLE {}.jobs (id bigint PRIMARY KEY, task text NOT NULL, "
-                          "state text NOT NULL DEFAULT 'queued')").format(ident))
-        c.execute(sql.SQL("INSERT INTO {}.jobs (id, task) VALUES (1, 'send welcome email'), "
-                          "(2, 'generate invoice')").format(ident))
+def _error(dialect: ModuleType, e: BaseException) -> str:
+    return str(e) if isinstance(e, SkiplockError) else dialect.error_text(e)
 
 
 def _echo(say: Any, step: Step) -> None:
@@ -188,18 +174,17 @@ def _echo(say: Any, step: Step) -> None:
         say(ln)
 
 
-def _run_step(say: Any, conn: psycopg.Connection[Any], step: Step) -> tuple[str, bool]:
+def _run_step(say: Any, dialect: ModuleType, conn: Any, step: Step) -> tuple[str, bool]:
     """Send the statement; print its psql-like result; return (what came back, whether it matched)."""
     try:
-        cur = conn.execute(step.sql)  # type: ignore[arg-type]  # seed text, no parameters
-    except psycopg.Error as e:
-        say(f"ERROR:  {(e.diag.message_primary if e.diag else None) or str(e).strip()}")
-        return _error_text(e), False
-    if cur.description is None:
-        tag = cur.statusmessage or ""
+        tag, columns, rows = dialect.scenario_execute(conn, step.sql)
+    except dialect.Error as e:
+        say(dialect.error_line(e))
+        return dialect.error_text(e), False
+    if not columns:
         say(tag)
         return tag, tag == step.expect
-    got = Rows(tuple(col.name for col in cur.description), tuple(cur.fetchall()))
+    got = Rows(columns, tuple(rows))
     for ln in psql_table(got.columns, list(got.rows)):
         say(ln)
     return _show(got), got == step.expect
@@ -215,22 +200,3 @@ def _verdict(say: Any, failures: list[StepFailure], steps: int) -> ScenarioResul
     say(f"scenario FAILED at step {f.step}: {f.description}: expected {f.expected}, got {f.got}{more}",
         style="bold red")
     return ScenarioResult(False, failures, steps)
-
-
-def _cleanup(say: Any, conns: dict[str, psycopg.Connection[Any]], ident: sql.Identifier, drop: bool) -> None:
-    """Roll back any open transaction on both sessions, drop the scratch schema if asked, close."""
-    for c in conns.values():
-        if not c.closed and c.info.transaction_status != TransactionStatus.IDLE:
-            try:
-                c.execute("ROLLBACK")
-            except psycopg.Error:
-                pass
-    a = conns.get("A")
-    try:
-        if drop and a is not None and not a.closed:
-            a.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(ident))
-    except psycopg.Error as e:
-        say(f"warning: could not drop scratch schema: {_error_text(e)}", style="yellow")
-    finally:
-        for c in conns.values():
-            c.close()

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from ...errors import SchemaError
-from .connections import connect, row_of, session_options
+from .connections import connect, row_of
 from .leasing import Leasing
 from .operating import Operating
 from .queries import load_migrations
@@ -75,7 +75,7 @@ class PostgresBackend(Leasing, Operating, PostgresReads):
         from .testing import PostgresTesting
 
         return PostgresTesting(self, lambda name: connect(self.dsn, self.connect_timeout, autocommit=False,
-                                                          application_name=name, options=session_options(self.dsn)))
+                                                          application_name=name, **self._startup()))
 
     def trace_store(self) -> Any:
         """The trace-context store (``tracing.py``), used only when tracing is on (``base.TraceStore``)."""

@@ -31,12 +31,13 @@ from psycopg import conninfo as pg_conninfo
 from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ...errors import ConnectionLost, DatabaseUnavailable, redact, redact_dsn
+from ...errors import ConfigurationError, ConnectionLost, DatabaseUnavailable, redact, redact_dsn
 from ...reconnect import quiet_driver_noise
 from ..base import Capabilities
 from .errors import connection_lost, one_line, translate
 from .lease import PostgresLease, PostgresSession
 from .notifications import PostgresNotifications
+from .pooler import Pooling, PollingNotifications, detect, report
 from .queries import load_queries
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
@@ -79,16 +80,40 @@ def with_connect_timeout(dsn: str, seconds: float | None = None) -> dict[str, An
     return {"connect_timeout": CONNECT_TIMEOUT if seconds is None else max(2, math.ceil(seconds))}
 
 
+# The oldest PostgreSQL skiplock runs on (server_version_num). 15 is the oldest server the test suite
+# runs on (tests/pg15_server.py; 18.6 is the newest) and the oldest still supported by the PostgreSQL
+# project (13 and 14 reached end of life in November 2025 and 2026). 14 would also lack nothing but
+# the tests; 13 lacks client_connection_check_interval, which every lease session sets.
+MIN_SERVER_VERSION = 150000
+
+
+def _major(version: int) -> str:
+    return f"{version // 10000}.{version % 10000}" if version >= 100000 else f"{version // 10000}.{version // 100 % 100}"
+
+
+def check_server_version(conn: psycopg.Connection[Any], dsn: str) -> None:
+    """Refuse a server older than MIN_SERVER_VERSION (closing ``conn``) with one line naming the version
+    found and the one needed. Costs no round trip: libpq has the version from the connection's start."""
+    version = int(conn.info.server_version)
+    if version < MIN_SERVER_VERSION:
+        conn.close()
+        raise ConfigurationError(f"PostgreSQL {_major(version)} at {redact_dsn(dsn)} is not supported: skiplock "
+                                 f"needs PostgreSQL {MIN_SERVER_VERSION // 10000} or newer")
+
+
 def connect(dsn: str, timeout: float | None = None, **kwargs: Any) -> psycopg.Connection[Any]:
     """psycopg.connect with a bounded wait (see :func:`with_connect_timeout`) and a clear error
-    naming the server -- never its password (libpq's own message may quote the DSN: it is redacted too)."""
+    naming the server -- never its password (libpq's own message may quote the DSN: it is redacted too).
+    A server older than MIN_SERVER_VERSION is refused (:func:`check_server_version`)."""
     try:
-        return psycopg.connect(dsn, **with_connect_timeout(dsn, timeout), **kwargs)
+        conn = psycopg.connect(dsn, **with_connect_timeout(dsn, timeout), **kwargs)
     except psycopg.ProgrammingError as exc:
         raise DatabaseUnavailable(f"invalid DSN ({redact_dsn(dsn)}): {redact(one_line(exc), dsn)}") from None
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(f"cannot connect to PostgreSQL ({redact_dsn(dsn)}): "
                                   f"{redact(one_line(exc), dsn)}") from None
+    check_server_version(conn, dsn)
+    return conn
 
 
 @dataclass(frozen=True)
@@ -138,10 +163,15 @@ class PostgresConnections:
     capabilities = Capabilities(batched_claims=True, listen_notify=True, server_bounds_lease=True)
 
     def __init__(self, dsn: str, schema: str = "skiplock", *, lease_timeout: float = 600.0, pool_size: int = 8,
-                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT, capabilities: Capabilities | None = None):
+                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT, capabilities: Capabilities | None = None,
+                 direct_dsn: str | None = None):
         if capabilities is not None:
             self.capabilities = capabilities
         self.dsn = dsn
+        # A DSN of the server itself, for what cannot go through a transaction pooler (LISTEN): pooler.py.
+        self.direct_dsn = direct_dsn
+        self._pooling: Pooling | None = None
+        self._pooling_lock = threading.Lock()
         self.schema = schema
         self.lease_timeout = lease_timeout
         self.connect_timeout = float(connect_timeout)
@@ -165,13 +195,13 @@ class PostgresConnections:
             with self._lock:
                 if self._pool is None:
                     quiet_driver_noise()
-                    connect(self.dsn, self.connect_timeout).close()  # fail fast with a clear message if unreachable
+                    self.pooling  # connects: fails fast with a clear message if unreachable
                     pool = ConnectionPool(
                         self.dsn,
                         min_size=1,
                         max_size=self._pool_size,
-                        kwargs={"autocommit": True, "application_name": "skiplock",
-                                "options": session_options(self.dsn), **with_connect_timeout(self.dsn, self.connect_timeout)},
+                        kwargs={"autocommit": True, "application_name": "skiplock", **self._startup(),
+                                **with_connect_timeout(self.dsn, self.connect_timeout)},
                         open=False,
                         name="skiplock",
                         reconnect_timeout=60,
@@ -185,6 +215,42 @@ class PostgresConnections:
                     self._pool = pool
                     self._pool_errors = 0
         return self._pool
+
+    @property
+    def pooling(self) -> Pooling:
+        """Whether a connection pooler is in between, and its mode (pooler.py), found at the first use."""
+        if self._pooling is None:
+            with self._pooling_lock:
+                if self._pooling is None:
+                    found = detect(lambda: connect(self.dsn, self.connect_timeout, autocommit=True,
+                                                   application_name="skiplock"), self.q["backend_pid"], self.dsn)
+                    isolation = None
+                    if found.pooled:
+                        with connect(self.dsn, self.connect_timeout, autocommit=True, **found.connect_kwargs()) as c:
+                            isolation = str(row_of(c.execute(self.q["default_isolation"]))[0])
+                    report(found, self.dsn, self.direct_dsn, isolation)
+                    self._pooling = found
+        return self._pooling
+
+    def _startup(self, *settings: str) -> dict[str, Any]:
+        """The connection arguments that carry a session's ``settings`` (``-c name=value`` each) and
+        READ COMMITTED: the ``options`` start-up parameter on a direct connection; behind a pooler,
+        nothing (a lease sets its bounds per transaction: :meth:`begin_lease_transaction`), and no
+        prepared statements behind a transaction pooler."""
+        pooling = self.pooling
+        if pooling.pooled:
+            return pooling.connect_kwargs()
+        return {"options": session_options(self.dsn, *settings)}
+
+    def begin_lease_transaction(self, conn: psycopg.Connection[Any]) -> tuple[int, Any] | None:
+        """Behind a pooler, start a lease transaction on ``conn`` with its bounds set for it (``SET
+        LOCAL``) and return its server session (pid, transaction start); directly, nothing (the
+        session has its bounds from its start)."""
+        if not self.pooling.pooled:
+            return None
+        ms = f"{int(self.lease_timeout * 1000)}ms" if self.capabilities.server_bounds_lease else None
+        row = row_of(conn.execute(self.q["lease_prologue"], {"value": ms}))
+        return int(row[0]), row[1]
 
     def _no_connection(self, pool: ConnectionPool | None = None) -> str:
         """The error of a call that got no connection in time (``pool``: say so if it was busy)."""
@@ -268,12 +334,15 @@ class PostgresConnections:
         = ``lease_timeout``."""
         ms = int(self.lease_timeout * 1000)
         bounds = f"-c idle_in_transaction_session_timeout={ms} " if self.capabilities.server_bounds_lease else ""
-        options = session_options(
-            self.dsn, f"{bounds}-c tcp_keepalives_idle=10 "
+        startup = self._startup(
+            f"{bounds}-c tcp_keepalives_idle=10 "
             "-c tcp_keepalives_interval=5 -c tcp_keepalives_count=3 -c tcp_user_timeout=30000 "
             "-c client_connection_check_interval=5000")
         conn = connect(self.dsn, self.connect_timeout, autocommit=False, application_name=application_name,
-                       options=options, **CLIENT_TCP)
+                       **startup, **CLIENT_TCP)
+        if self.pooling.pooled:  # the bounds: per transaction (begin_lease_transaction); READ COMMITTED by BEGIN
+            conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+            return conn
         if bounds and conn.info.server_version >= 170000:
             conn.execute(self.q["set_transaction_timeout"], {"value": f"{ms}ms"})
             conn.commit()
@@ -284,7 +353,7 @@ class PostgresConnections:
         a server crash costs at most one extra attempt, and it saves a WAL flush per job."""
         return PostgresSession(connect(self.dsn, self.connect_timeout, autocommit=True,
                                        application_name="skiplock-attempts",
-                                       options=session_options(self.dsn, "-c synchronous_commit=off"), **CLIENT_TCP),
+                                       **self._startup("-c synchronous_commit=off"), **CLIENT_TCP),
                                self.dsn)
 
     @property
@@ -302,16 +371,23 @@ class PostgresConnections:
 
     def connect_listener(self) -> PostgresNotifications:
         """An autocommit connection LISTENing on the fixed channel ``skiplock`` (never a user-named one),
-        as the port's Notifications (see notifications.py): only skiplock errors."""
-        conn = connect(self.dsn, self.connect_timeout, autocommit=True, application_name="skiplock-listener",
-                       options=session_options(self.dsn), **CLIENT_TCP)
+        as the port's Notifications (see notifications.py): only skiplock errors. Behind a transaction
+        pooler (pooler.py) on ``direct_dsn``, the server itself; without one, a Notifications that
+        never receives any (waiters poll: the pooler's WARNING said so)."""
+        dsn, startup = self.dsn, self._startup()
+        if self.pooling.per_transaction:
+            if self.direct_dsn is None:
+                return PollingNotifications()  # type: ignore[return-value]
+            dsn, startup = self.direct_dsn, {"options": session_options(self.direct_dsn)}
+        conn = connect(dsn, self.connect_timeout, autocommit=True, application_name="skiplock-listener",
+                       **startup, **CLIENT_TCP)
         try:
             conn.execute(self.q["listen"])
         except psycopg.Error as exc:
             conn.close()
-            raise DatabaseUnavailable(f"cannot LISTEN on PostgreSQL ({redact_dsn(self.dsn)}): "
-                                      f"{redact(one_line(exc), self.dsn)}") from None
-        return PostgresNotifications(conn, self.dsn)
+            raise DatabaseUnavailable(f"cannot LISTEN on PostgreSQL ({redact_dsn(dsn)}): "
+                                      f"{redact(one_line(exc), dsn)}") from None
+        return PostgresNotifications(conn, dsn)
 
     def terminate(self, backend_pids: Sequence[int]) -> None:
         """End these sessions (their transactions roll back). Raises only skiplock errors."""

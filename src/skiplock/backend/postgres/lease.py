@@ -14,6 +14,10 @@ longer than ``lease_timeout`` (``idle_in_transaction_session_timeout``) and, on 
 open longer (``transaction_timeout``); a task's ``timeout`` is set for its transaction
 (``set_local_timeouts``). Without them (``Capabilities(server_bounds_lease=False)``), the worker's
 watchdog ends over-long leases with ``end()``.
+
+Behind a connection pooler (pooler.py) the bounds are set per transaction instead, by ``begin()``,
+which also reads the server session the transaction runs on (a transaction pooler may pick another
+one each time): ``session_id`` is that session's pid, and ``end()`` ends that transaction only.
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ class PostgresSession:
 class PostgresLease(PostgresSession):
     """A worker slot's lease connection (``Lease``): its transactions are job leases."""
 
-    __slots__ = ("bounded_by_server", "_backend", "q", "_ended")
+    __slots__ = ("bounded_by_server", "_backend", "q", "_ended", "_pooled", "_xact_start")
 
     def __init__(self, conn: psycopg.Connection[Any], backend: "PostgresConnections", bounded_by_server: bool):
         super().__init__(conn, backend.dsn)
@@ -77,9 +81,19 @@ class PostgresLease(PostgresSession):
         self.q = backend.q
         self.bounded_by_server = bounded_by_server
         self._ended = False  # end() was called: not alive, and not lost (ended on purpose)
+        self._pooled = backend.pooling.pooled
+        self._xact_start: Any = None  # behind a pooler: the current lease transaction's start
+        if self._pooled:  # libpq's pid is the pooler's; the server session's, until begin() reads it again
+            row = self._run(lambda: conn.execute(self.q["backend_pid"]).fetchone())
+            self._run(conn.rollback)
+            self.session_id = int(row[0])
 
     def begin(self) -> None:
-        """Nothing to send: psycopg opens the transaction with its first statement (no round trip)."""
+        """Directly, nothing to send: psycopg opens the transaction with its first statement (no round
+        trip). Behind a pooler, one statement opens it with the lease's bounds and reads its session."""
+        if self._pooled:
+            started = self._run(lambda: self._backend.begin_lease_transaction(self.conn))
+            self.session_id, self._xact_start = started
 
     def commit(self) -> None:
         try:
@@ -134,7 +148,10 @@ class PostgresLease(PostgresSession):
         lease is neither alive nor lost (it was ended on purpose), whichever thread looks."""
         self._ended = True
         try:
-            if not self.conn.closed:
+            if not self.conn.closed and self._pooled:
+                if self._xact_start is not None and self.conn.info.transaction_status != _IDLE:
+                    self._backend._all("end_lease_transaction", {"pid": self.session_id, "xact_start": self._xact_start})
+            elif not self.conn.closed:
                 self._backend.terminate([self.session_id])
         finally:
             self.conn.close()

@@ -35,6 +35,7 @@ class PostgresOutboxLease:
 
     def claim(self, topics: Sequence[str] | None, limit: int) -> list[Message]:
         with translated(self._dsn):
+            self._store.backend.begin_lease_transaction(self.conn)  # behind a pooler: the bounds, per transaction
             return self._store.claim_locked(self.conn, topics, limit)
 
     def attempt(self, deliver: Callable[[Any], Any]) -> BaseException | None:

@@ -244,12 +244,14 @@ SELECT count(*),
 -- A finished job takes its final attempt count and leaves job_attempts. %(uncount)s (a snooze)
 -- gives the attempt back. Claimed lease: the attempt given is the row's count -- the claim counted
 -- it in jobs.attempts and the fence makes this write its owner's; a snooze passes one less, so it
--- uses up no attempt in either lease mode. Keeps the last 20 errors. Returns the state written, or
--- no row.
+-- uses up no attempt in either lease mode. Keeps the last 20 errors; each entry says its attempt,
+-- when it ended ('at'), when it started ('started_at': the dashboard shows how long it ran), the
+-- error and the worker. Returns the state written, or no row.
 WITH req AS (SELECT reason FROM {schema}.job_cancellations WHERE job_id = %(id)s),
 dec AS (SELECT CASE WHEN EXISTS (SELECT 1 FROM req) THEN 'cancelled' ELSE %(state)s::text END AS state),
 entry AS (SELECT CASE WHEN %(error)s::text IS NOT NULL THEN
                  jsonb_build_array(jsonb_build_object('attempt', %(attempt)s::int, 'at', clock_timestamp(),
+                                                      'started_at', %(started_at)s::timestamptz,
                                                       'error', %(error)s::text, 'worker', %(worker)s::text))
                  END AS errors),
 pend AS MATERIALIZED (SELECT (SELECT pending_errors FROM {schema}.job_attempts WHERE job_id = %(id)s) AS errors),
@@ -439,6 +441,32 @@ INSERT INTO {schema}.schema_version (version) VALUES (%(version)s);
 
 -- name: set_transaction_timeout
 SELECT set_config('transaction_timeout', %(value)s, false);
+
+-- name: backend_pid
+-- The server session this statement runs on (behind a pooler, not the pid libpq was told: pooler.py).
+SELECT pg_backend_pid();
+
+-- name: default_isolation
+SHOW default_transaction_isolation;
+
+-- name: lease_prologue
+-- Behind a connection pooler (pooler.py), the first statement of every lease transaction: the
+-- lease's bounds for this transaction only (a direct session has them from its start; a transaction
+-- pooler may run each transaction on another server session, and a session-level SET would stay
+-- with that session for the next client), and the server session it runs on with the transaction's
+-- start (now()), which is what pg_stat_activity.xact_start shows: a cancellation or an abort ends
+-- exactly this transaction (`end_lease_transaction`). value NULL: no bounds (the watchdog's).
+SELECT pg_backend_pid(), now(),
+       CASE WHEN %(value)s::text IS NOT NULL
+            THEN set_config('idle_in_transaction_session_timeout', %(value)s, true) END,
+       CASE WHEN %(value)s::text IS NOT NULL AND current_setting('server_version_num')::int >= 170000
+            THEN set_config('transaction_timeout', %(value)s, true) END;
+
+-- name: end_lease_transaction
+-- Ends the server session of one lease transaction behind a pooler -- only while it still runs that
+-- transaction (same pid, same start): a transaction pooler may since have given the session to
+-- another client. Waits up to 5 s until it is gone, as `terminate_backends`.
+SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE pid = %(pid)s AND xact_start = %(xact_start)s;
 
 -- name: enqueue_unique
 -- At most one queued or running job per unique_key (jobs_unique_key_idx). Returns the new job's id
@@ -898,9 +926,12 @@ SELECT w.id, w.name, w.host, w.pid, w.tasks, w.queues, w.concurrency, w.started_
 -- name: failure_classes
 -- Failed jobs by queue and error class: the text before the first ':' of last_error's first line
 -- (an exception's type, "Type: message", or skiplock's own reasons: "gave up", "lease expired",
--- "unknown task ..."), else 'other'. With the newest failure's time. Most frequent first. Only those
+-- "unknown task ..."), when that text is 1 to 200 characters long, else 'other'. (Written with
+-- strpos/split_part, not a regular expression: '^([^:\n]{{1,200}}):' means the same, and cost about
+-- 60 us a row -- most of the overview's time at 1,000,000 jobs; the same expression is in
+-- dash_find_jobs and dash_matching_ids, and tests/dashboard/test_scale.py checks they agree.) With the newest failure's time. Most frequent first. Only those
 -- failed since %(since)s if given (jobs_finished_idx: a range of finished_at, not every failed job kept).
-SELECT queue, coalesce(substring(last_error FROM '^([^:\n]{{1,200}}):'), 'other') AS error_class,
+SELECT queue, CASE WHEN strpos(split_part(last_error, E'\n', 1), ':') BETWEEN 2 AND 201 THEN split_part(last_error, ':', 1) ELSE 'other' END AS error_class,
        count(*) AS n, max(finished_at) AS last_failed_at
   FROM {schema}.jobs
  WHERE state = 'failed' AND (%(since)s::timestamptz IS NULL OR finished_at >= %(since)s)
@@ -943,13 +974,28 @@ SELECT date_trunc('minute', finished_at) AS minute,
  GROUP BY 1
  ORDER BY 1;
 
+-- name: dash_pickup_latency
+-- Queue latency of the jobs finished in the last %(seconds)s seconds: from when each became due
+-- (run_at: enqueued, or its retry's due time) to when its last attempt started (started_at) --
+-- how long a ready job waited for a worker, wake-up included. Median, 95th percentile, worst, and
+-- how many jobs. A range of jobs_finished_idx, as `dash_throughput`: bounded by that window's jobs.
+SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY w),
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY w),
+       max(w), count(w)
+  FROM (SELECT extract(epoch FROM greatest(started_at - run_at, interval '0')) AS w
+          FROM {schema}.jobs
+         WHERE state IN ('done', 'failed', 'cancelled') AND started_at IS NOT NULL
+           AND finished_at >= now() - %(seconds)s::float8 * interval '1 second') l;
+
 -- name: dash_find_jobs
 -- The jobs matching a filter, newest first, keyset on id < %(before)s, at most %(limit)s. Each
 -- filter is optional (NULL: any). State as the read model shows it: a transaction-lease job in
 -- flight (its row says 'queued', see attempts_in_flight) is 'running', and 'queued' leaves it out.
 -- error_class: as `failure_classes` computes it. since/until: the job's created_at. args: a
--- case-insensitive substring of the args' JSON text. The scan walks the primary key backwards and
--- stops at %(limit)s rows; a filter that matches few rows may read many (statement_timeout bounds it).
+-- case-insensitive substring of the args' JSON text. id_floor: only ids >= it (an args search reads
+-- one window of ids at a time, see `dash_id_floor`; NULL: no floor). The scan walks the primary key
+-- backwards and stops at %(limit)s rows or at id_floor; a filter that matches few rows may read many
+-- (statement_timeout bounds it), but not an args search: at most its window of ids.
 WITH in_flight AS MATERIALIZED (SELECT job_id FROM {schema}.attempts_in_flight)
 SELECT j.id, j.queue, j.task,
        CASE WHEN j.state = 'queued' AND j.id IN (SELECT job_id FROM in_flight) THEN 'running' ELSE j.state END AS state,
@@ -963,13 +1009,20 @@ SELECT j.id, j.queue, j.task,
    AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
    AND (%(task)s::text IS NULL OR j.task = %(task)s)
    AND (%(error_class)s::text IS NULL
-        OR coalesce(substring(j.last_error FROM '^([^:\n]{{1,200}}):'), 'other') = %(error_class)s)
+        OR CASE WHEN strpos(split_part(j.last_error, E'\n', 1), ':') BETWEEN 2 AND 201 THEN split_part(j.last_error, ':', 1) ELSE 'other' END = %(error_class)s)
    AND (%(since)s::timestamptz IS NULL OR j.created_at >= %(since)s)
    AND (%(until)s::timestamptz IS NULL OR j.created_at < %(until)s)
    AND (%(args)s::text IS NULL OR strpos(lower(j.args::text), lower(%(args)s)) > 0)
+   AND (%(id_floor)s::bigint IS NULL OR j.id >= %(id_floor)s)
    AND (%(before)s::bigint IS NULL OR j.id < %(before)s)
  ORDER BY j.id DESC
  LIMIT %(limit)s;
+
+-- name: dash_id_floor
+-- Where an args-text search of the ids below %(before)s (NULL: every id) stops: %(window)s ids down,
+-- from the newest id (max(id): one probe of the primary key). No id is skipped: the next window starts
+-- where this one ended (the caller's cursor). Below 1 means the window reaches the first job.
+SELECT coalesce(%(before)s::bigint, (SELECT max(id) + 1 FROM {schema}.jobs), 1) - %(window)s::bigint;
 
 -- name: dash_matching_ids
 -- The ids of the jobs matching the same filter as `dash_find_jobs` (same WHERE), newest first,
@@ -984,10 +1037,11 @@ SELECT j.id
    AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
    AND (%(task)s::text IS NULL OR j.task = %(task)s)
    AND (%(error_class)s::text IS NULL
-        OR coalesce(substring(j.last_error FROM '^([^:\n]{{1,200}}):'), 'other') = %(error_class)s)
+        OR CASE WHEN strpos(split_part(j.last_error, E'\n', 1), ':') BETWEEN 2 AND 201 THEN split_part(j.last_error, ':', 1) ELSE 'other' END = %(error_class)s)
    AND (%(since)s::timestamptz IS NULL OR j.created_at >= %(since)s)
    AND (%(until)s::timestamptz IS NULL OR j.created_at < %(until)s)
    AND (%(args)s::text IS NULL OR strpos(lower(j.args::text), lower(%(args)s)) > 0)
+   AND (%(id_floor)s::bigint IS NULL OR j.id >= %(id_floor)s)
    AND (%(before)s::bigint IS NULL OR j.id < %(before)s)
  ORDER BY j.id DESC
  LIMIT %(limit)s;
@@ -1017,3 +1071,86 @@ SELECT id, at, actor, action, target, affected
  WHERE (%(before)s::bigint IS NULL OR id < %(before)s)
  ORDER BY id DESC
  LIMIT %(limit)s;
+
+-- ==== the dashboard's queue summary: bounded at any table size (reads.py `queue_summary`) ======
+-- Exact counts up to a cap, then an estimate; never a scan of every row. At 1,000,000 jobs a
+-- GROUP BY over the table takes hundreds of milliseconds (issue 13's goal is 100 ms per page), so:
+-- * the (state, queue) pairs that have jobs are found by a loose index scan of jobs_state_queue_idx
+--   (one index probe per pair: the next queue after the last one found, for each of the five states);
+-- * each pair is counted by an index-only scan of that index stopped after %(cap)s + 1 + (the jobs in
+--   flight) entries: a count above %(cap)s means "more than %(cap)s" (the caller then estimates it);
+--   at most pairs x (cap + 1 + in flight) index entries are read, whatever the table's size;
+-- * a transaction-lease job in flight (its row says 'queued', see attempts_in_flight) is moved from
+--   'queued' to 'running', as `counts` does. The queued pair's cap includes every job in flight, so
+--   after the move a count is still exact up to %(cap)s, and above it still means "more".
+
+-- name: dash_state_counts
+-- (queue, state, n): n exact when <= %(cap)s, else only "more than %(cap)s" (see above).
+WITH RECURSIVE in_flight AS MATERIALIZED (
+  SELECT f.job_id, j.queue FROM {schema}.attempts_in_flight f JOIN {schema}.jobs j ON j.id = f.job_id),
+pairs(state, queue) AS (
+  SELECT s.state, (SELECT min(j.queue) FROM {schema}.jobs j WHERE j.state = s.state)
+    FROM (VALUES ('queued'), ('running'), ('done'), ('failed'), ('cancelled')) AS s(state)
+  UNION ALL
+  SELECT p.state, (SELECT min(j.queue) FROM {schema}.jobs j WHERE j.state = p.state AND j.queue > p.queue)
+    FROM pairs p WHERE p.queue IS NOT NULL),
+c AS (
+SELECT p.queue, p.state, x.n
+  FROM pairs p,
+       LATERAL (SELECT count(*) AS n
+                  FROM (SELECT FROM {schema}.jobs j WHERE j.state = p.state AND j.queue = p.queue
+                         LIMIT %(cap)s + 1 + (SELECT count(*) FROM in_flight)) capped) x
+ WHERE p.queue IS NOT NULL
+UNION ALL
+SELECT f.queue, m.state, m.n FROM in_flight f, (VALUES ('queued', -1), ('running', 1)) AS m(state, n))
+SELECT queue, state, sum(n)::bigint AS n
+  FROM c
+ GROUP BY queue, state
+HAVING sum(n) > 0
+ ORDER BY queue, state;
+
+-- name: dash_queue_heads
+-- Per queue with queued jobs (the loose index scan of jobs_state_queue_idx, as above) or paused:
+-- how many jobs are ready (due, not in flight), exact up to %(cap)s (a count above it means "more");
+-- the head of the queue -- the ready job a worker claims next, first in the claim's order (priority,
+-- id) on jobs_claim_idx -- its due time and how long it has waited (the queue's latency now: a worker
+-- free to take it would have started it); whether the queue is paused. One index probe per queue
+-- for the head (plus the entries of jobs not yet due or in flight ahead of it, the claim's own cost)
+-- and at most %(cap)s + 1 ready entries for the count; both walk jobs_claim_idx in its order (the
+-- ORDER BY says so: without it the planner may take a sequential scan "until %(cap)s rows match",
+-- which reads the whole table when the queued rows are at its end).
+WITH RECURSIVE in_flight AS MATERIALIZED (SELECT job_id FROM {schema}.attempts_in_flight),
+queued(queue) AS (
+  SELECT (SELECT min(j.queue) FROM {schema}.jobs j WHERE j.state = 'queued')
+  UNION ALL
+  SELECT (SELECT min(j.queue) FROM {schema}.jobs j WHERE j.state = 'queued' AND j.queue > q.queue)
+    FROM queued q WHERE q.queue IS NOT NULL),
+queues AS (SELECT queue FROM queued WHERE queue IS NOT NULL UNION SELECT queue FROM {schema}.paused_queues)
+SELECT q.queue, r.n AS ready, h.run_at AS head_run_at, now() - h.run_at AS head_age,
+       EXISTS (SELECT FROM {schema}.paused_queues p WHERE p.queue = q.queue) AS paused
+  FROM queues q,
+       LATERAL (SELECT count(*) AS n
+                  FROM (SELECT FROM {schema}.jobs j
+                         WHERE j.state = 'queued' AND j.queue = q.queue AND j.run_at <= now()
+                           AND j.id NOT IN (SELECT job_id FROM in_flight)
+                         ORDER BY j.queue, j.priority, j.id
+                         LIMIT %(cap)s + 1) capped) r
+       LEFT JOIN LATERAL (SELECT j.run_at FROM {schema}.jobs j
+                           WHERE j.state = 'queued' AND j.queue = q.queue AND j.run_at <= now()
+                             AND j.id NOT IN (SELECT job_id FROM in_flight)
+                           ORDER BY j.queue, j.priority, j.id
+                           LIMIT 1) h ON true
+ ORDER BY q.queue;
+
+-- name: dash_relation_pages
+-- The jobs table's size in pages (from its file size: exact, no scan), to choose a sample's percent.
+SELECT pg_relation_size(%(table)s::regclass) / current_setting('block_size')::bigint;
+
+-- name: dash_count_sample
+-- An estimate of the jobs per (queue, state): the rows of a sample of %(percent)s %% of the table's
+-- pages (TABLESAMPLE SYSTEM: whole pages, each taken with that probability), scaled up. Reads about
+-- that share of the pages; used only for the pairs whose exact count passed the cap. Jobs in flight
+-- are not moved here (a few among the thousands this estimates).
+SELECT queue, state, round(count(*) * 100.0 / %(percent)s)::bigint AS estimate
+  FROM {schema}.jobs TABLESAMPLE SYSTEM (%(percent)s)
+ GROUP BY queue, state;

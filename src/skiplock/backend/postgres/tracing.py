@@ -27,7 +27,16 @@ class PostgresTraceStore:
         with self.backend._conn() as pooled:
             pooled.execute(self.q["store_trace_context"], params)
 
+    async def store_async(self, ids: Sequence[int], carrier: dict[str, str], aconn: Any) -> None:
+        """:meth:`store` in the caller's ``AsyncConnection`` transaction (AsyncApp's enqueue)."""
+        await aconn.execute(self.q["store_trace_context"], {"ids": list(ids), "carrier": json.dumps(carrier)})
+
+    def forget(self, job_id: int) -> None:
+        """Delete ``job_id``'s carrier (its final outcome is decided), on a pooled connection."""
+        with self.backend._conn() as pooled:
+            pooled.execute(self.q["forget_trace_context"], {"id": job_id})
+
     def take(self, lease: "Lease", ids: Sequence[int]) -> dict[int, dict[str, str]]:
-        """The carriers of the jobs ``lease`` claimed, consumed in its transaction."""
+        """The carriers of the jobs ``lease`` claimed, read in its transaction (kept for a retry)."""
         rows = lease.conn.execute(self.q["take_trace_contexts"], {"ids": list(ids)}).fetchall()
         return {job_id: json.loads(text) for job_id, text in rows}

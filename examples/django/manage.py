@@ -1,0 +1,10 @@
+#!/usr/bin/env python
+"""The example project's manage.py (see README.md beside it)."""
+import os
+import sys
+
+if __name__ == "__main__":
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shopsite.settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)

@@ -1,0 +1,1 @@
+"""A Django app for tests/contrib: a real model (orders) and Django tasks that use it."""

@@ -1,0 +1,332 @@
+"""The fault-injection suite on MariaDB (issue 12, "Tests and CI"): the PostgreSQL scenarios of this
+directory, run against the suite's own private MariaDB 10.11 (restarted by the tests) with the same
+tasks (faults_tasks.py), the same real ``skiplock worker`` processes and the same invariants, each
+adding its row to the summary table printed at the end of the run (scenario names end in "MariaDB").
+
+Transaction lease only: the claimed lease (and so "SIGSTOP past a claimed lease") is not on the
+MySQL backend of this revision. Sizes are smaller than PostgreSQL's to keep the suite's time.
+
+- SIGKILL of random workers while four drain the queue;
+- ``KILL CONNECTION`` of the lease session of a job in flight (an operator, a dying proxy);
+- a server restart (clean SIGTERM, and SIGKILL: a crash InnoDB recovers from) while 4 workers run,
+  then the server down for 2 s: the workers reconnect on their own;
+- a stalled network: a worker behind :class:`faults_support.StallProxy` stalls mid-job; MariaDB's
+  ``idle_transaction_timeout`` (= ``lease_timeout``, set on every lease session) ends the stale
+  transaction, and a healthy worker redoes the job within the stated bound;
+- a handler hung past its ``timeout``: the worker's watchdog ends (``KILL``) the lease session; the
+  job fails after its two attempts with the reason, nothing of it committed, the worker survives.
+
+Invariants (as :func:`faults_support.verdict`): no job lost, none finished twice (at most one committed
+database-local effect), a done job has exactly one effect, a failed one none and says why, no
+bookkeeping left behind. The worker's DSN (with its password) goes through ``SKIPLOCK_DSN``, never argv.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import pytest
+
+import faults_tasks
+from faults_support import HERE, APP, StallProxy, Verdict, WorkerProc, cli_env, executions, kill_all, record, wait_for
+from faults_tasks import HANG_TIMEOUT
+from mariadb_server import MariaDB, drop_database, fresh_database, start
+
+EFFECTS_DDL = ("CREATE TABLE effects (id BIGINT AUTO_INCREMENT PRIMARY KEY, job_id BIGINT NOT NULL, "
+               "attempt INT NOT NULL, pid INT NOT NULL, lease VARCHAR(16) NOT NULL, KEY (job_id)) ENGINE=InnoDB")
+
+
+@pytest.fixture(scope="module")
+def maria() -> Iterator[MariaDB]:
+    """The fault suite's own MariaDB (the restart test stops it: never the session's shared one)."""
+    server = start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class Db:
+    """A test's database on the fault server: DSNs, a query helper that reconnects each time (the
+    server may have been restarted), and the workers (killed at the end)."""
+
+    def __init__(self, server: MariaDB, tmp: Path):
+        self.server, self.tmp = server, tmp
+        self.name = fresh_database(server)
+        self.exec_dir = tmp / "exec"
+        self.exec_dir.mkdir()
+        self.procs: list[WorkerProc] = []
+
+    def dsn(self, port: int | None = None) -> str:
+        dsn = "mariadb://" + self.server.dsn(self.name)[len("mysql://"):]
+        return dsn if port is None else dsn.replace(f":{self.server.port}/", f":{port}/")
+
+    def rows(self, query: str, params: Any = None) -> list[tuple[Any, ...]]:
+        with self.server.connect(self.name, connect_timeout=5) as c, c.cursor() as cur:
+            cur.execute(query, params)
+            return [tuple(r) for r in cur.fetchall()]
+
+    def scalar(self, query: str, params: Any = None) -> Any:
+        found = self.rows(query, params)
+        return found[0][0] if found else None
+
+    def worker(self, *, concurrency: int = 2, port: int | None = None, env: dict[str, str] | None = None,
+               extra: Sequence[str] = ()) -> WorkerProc:
+        log_path = self.tmp / f"worker{len(self.procs)}.log"
+        argv = [sys.executable, "-m", "skiplock", "--quiet", "worker", "--app", APP, "--concurrency",
+                str(concurrency), "--poll-interval", "0.05", "--no-maintenance", *extra]
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(argv, cwd=HERE, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    env=cli_env(FAULTS_EXEC_DIR=str(self.exec_dir), SKIPLOCK_DSN=self.dsn(port),
+                                                **(env or {})))
+        wp = WorkerProc(proc, log_path)
+        self.procs.append(wp)
+        return wp
+
+    def serving(self, wp: WorkerProc, timeout: float = 30) -> None:
+        """Until ``wp`` is registered in the workers table (its run has begun: signal handlers installed)."""
+        def registered() -> bool:
+            try:
+                return bool(self.scalar("SELECT COUNT(*) FROM skiplock_workers WHERE pid = %s", (wp.pid,)))
+            except Exception:  # noqa: BLE001 - the server is restarting
+                return False
+        wait_for(lambda: not wp.alive() or registered(), timeout, f"worker {wp.pid} to serve", on_timeout=wp.tail)
+        assert wp.alive(), f"worker {wp.pid} exited at start\n{wp.tail()}"
+
+    def stop(self, procs: Sequence[WorkerProc]) -> dict[int, int]:
+        for wp in procs:
+            self.serving(wp)
+            wp.signal(signal.SIGTERM)
+        return {wp.pid: wp.wait() for wp in procs}
+
+    def ids_in(self, ids: Sequence[int]) -> str:
+        return ",".join(str(int(i)) for i in ids) or "-1"  # ints only: safe to inline
+
+    def unfinished(self, ids: Sequence[int]) -> int:
+        return int(self.scalar(f"SELECT COUNT(*) FROM skiplock_jobs WHERE id IN ({self.ids_in(ids)}) "
+                               "AND state NOT IN ('done', 'failed')"))
+
+    def states(self, ids: Sequence[int]) -> dict[str, int]:
+        return dict(self.rows(f"SELECT state, COUNT(*) FROM skiplock_jobs WHERE id IN ({self.ids_in(ids)}) "
+                              "GROUP BY state"))
+
+    def verdict(self, ids: Sequence[int]) -> Verdict:
+        """faults_support.verdict's invariants, read from MariaDB."""
+        ids = list(ids)
+        inl = self.ids_in(ids)
+        rows = {r[0]: (r[1], r[2]) for r in self.rows(f"SELECT id, state, last_error FROM skiplock_jobs WHERE id IN ({inl})")}
+        effects = Counter({r[0]: int(r[1]) for r in self.rows(
+            f"SELECT job_id, COUNT(*) FROM effects WHERE job_id IN ({inl}) GROUP BY job_id")})
+        wanted = set(ids)
+        runs = Counter(j for j, _, _ in executions(self.exec_dir) if j in wanted)
+        state = lambda i: rows.get(i, ("",))[0]  # noqa: E731
+        return Verdict(
+            jobs=len(ids), states=dict(Counter(s for s, _ in rows.values())),
+            lost=[i for i in ids if state(i) not in ("done", "failed")],
+            finished_twice=[i for i in ids if effects[i] > 1],
+            done_without_effect=[i for i in ids if state(i) == "done" and effects[i] != 1],
+            failed_with_effect=[i for i in ids if state(i) == "failed" and effects[i] > 0],
+            failed_without_reason=[i for i in ids if state(i) == "failed" and not (rows[i][1] or "").strip()],
+            executions=sum(runs.values()), reexecuted_jobs=sum(1 for n in runs.values() if n > 1),
+            duplicated_executions=sum(n - 1 for n in runs.values()),
+            leftovers={"job_attempts": int(self.scalar(f"SELECT COUNT(*) FROM skiplock_job_attempts WHERE job_id IN ({inl})")),
+                       "running": int(self.scalar(f"SELECT COUNT(*) FROM skiplock_jobs WHERE id IN ({inl}) "
+                                                  "AND state = 'running'"))})
+
+    def close(self) -> None:
+        kill_all(self.procs)
+        if self.server.process.poll() is not None:
+            self.server.resume()
+        drop_database(self.server, self.name)
+
+
+@pytest.fixture
+def mdb(maria: MariaDB, tmp_path: Path) -> Iterator[Db]:
+    if maria.process.poll() is not None:  # a failed test may have left it stopped
+        maria.resume()
+    d = Db(maria, tmp_path)
+    d.rows(EFFECTS_DDL)
+    yield d
+    d.close()
+
+
+@pytest.fixture
+def producer(mdb: Db) -> Iterator[faults_tasks.FaultsApp]:
+    app = faults_tasks.build_app(mdb.dsn())
+    app.migrate()
+    yield app
+    app.close()
+
+
+def test_mariadb_sigkill_random_workers_during_a_run(mdb: Db, producer: Any) -> None:
+    ids = producer.enqueue_many([("txn_effect", {"sleep": 0.05}) for _ in range(800)])
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    started = time.monotonic()
+    running = [mdb.worker() for _ in range(4)]
+    killed = []
+    while len(killed) < 6 and mdb.unfinished(ids) > 100:
+        for wp in running:
+            mdb.serving(wp)
+        time.sleep(rng.uniform(0.2, 0.5))
+        victim = running.pop(rng.randrange(len(running)))
+        assert victim.alive(), f"worker {victim.pid} died on its own\n{victim.tail()}"
+        victim.signal(signal.SIGKILL)
+        assert victim.wait() == -signal.SIGKILL
+        killed.append(victim)
+        running.append(mdb.worker())
+    wait_for(lambda: mdb.unfinished(ids) == 0, 120, f"all {len(ids)} jobs to finish",
+             on_timeout=lambda: f"{mdb.states(ids)}\n{running[0].tail()}")
+    codes = mdb.stop(running)
+    v = mdb.verdict(ids)
+    killed_pids = {w.pid for w in killed}
+    committed = set(mdb.rows(f"SELECT job_id, pid FROM effects WHERE job_id IN ({mdb.ids_in(ids)})"))
+    cut_short = {(j, p) for j, _, p in executions(mdb.exec_dir) if p in killed_pids and (j, p) not in committed}
+    record("SIGKILL random workers (MariaDB)", "transaction", v, f"{len(killed)} SIGKILL", time.monotonic() - started,
+           note=f"seed {seed}; {len(cut_short)} handler run(s) cut short by a kill")
+    assert v.problems() == [], f"seed {seed}: {v.problems()}"
+    assert v.states == {"done": len(ids)}, v.states
+    assert all(code == 0 for code in codes.values()), codes
+    runs_by_pid = Counter(p for _, _, p in executions(mdb.exec_dir))
+    assert len(killed) >= 3 and cut_short, (f"seed {seed}: the kills hit no job in flight; handler runs of the killed: "
+                                            f"{[runs_by_pid[p] for p in killed_pids]}", killed[0].tail())
+
+
+def test_mariadb_kill_of_a_worker_session_mid_job(mdb: Db, producer: Any) -> None:
+    # 0.3 s jobs: the job read from job_attempts is still the one in that session when KILL arrives
+    ids = producer.enqueue_many([("txn_effect", {"sleep": 0.3}) for _ in range(40)])
+    started = time.monotonic()
+    procs = [mdb.worker(), mdb.worker()]
+    killed: list[int] = []
+    deadline = time.monotonic() + 60
+    while len(killed) < 5 and time.monotonic() < deadline and mdb.unfinished(ids) > 8:
+        # in flight: an attempt counted beyond the (committed) row's, which is still queued -- a finished
+        # job's attempt row may linger a moment after its commit
+        found = mdb.rows("SELECT a.job_id, a.backend_pid FROM skiplock_job_attempts a "
+                         "JOIN skiplock_jobs j ON j.id = a.job_id AND j.state = 'queued' AND a.started > j.attempts "
+                         "JOIN information_schema.PROCESSLIST p ON p.ID = a.backend_pid "
+                         "WHERE a.started_at < UTC_TIMESTAMP(6) - INTERVAL 50000 MICROSECOND LIMIT 1")
+        if found:
+            try:
+                mdb.rows("KILL CONNECTION %s", (int(found[0][1]),))
+                killed.append(int(found[0][0]))
+            except Exception:  # noqa: BLE001 - that job finished meanwhile (1094: no such thread)
+                pass
+        time.sleep(0.3)
+    wait_for(lambda: mdb.unfinished(ids) == 0, 90, "every job to finish",
+             on_timeout=lambda: f"{mdb.states(ids)}\n" + "\n".join(p.tail() for p in procs))
+    alive = [p.alive() for p in procs]
+    codes = mdb.stop(procs)
+    v = mdb.verdict(ids)
+    record("KILL of a worker's session mid-job (MariaDB)", "transaction", v, f"{len(killed)} KILL",
+           time.monotonic() - started, note=f"jobs in flight in the killed sessions when read: {killed}")
+    assert len(killed) >= 3, killed
+    assert alive == [True, True], "\n".join(p.tail() for p in procs)
+    assert v.problems() == [], v.problems()
+    assert v.states == {"done": len(ids)}, v.states
+    assert all(code == 0 for code in codes.values()), codes
+    # the kills cut attempts short: those handlers ran again (a KILL racing the job's own COMMIT
+    # hits the session's next claim instead, which re-runs nothing -- so not one re-run per KILL)
+    assert v.duplicated_executions >= 1, (killed, v)
+
+
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+def test_mariadb_restart_while_four_workers_run(mode: str, mdb: Db, producer: Any) -> None:
+    ids = producer.enqueue_many([("txn_effect", {"sleep": 0.01}) for _ in range(500)])
+    producer.close()  # its pooled connections would only die in the restart
+
+    def finished() -> int:
+        try:
+            return len(ids) - mdb.unfinished(ids)
+        except Exception:  # noqa: BLE001 - the server is down
+            return 0
+
+    started = time.monotonic()
+    procs = [mdb.worker() for _ in range(4)]
+    progress = []
+    wait_for(lambda: finished() >= len(ids) // 5, 60, "a fifth of the jobs to finish", on_timeout=procs[0].tail)
+    progress.append(finished())
+    mdb.server.restart(mode)
+    wait_for(lambda: finished() >= progress[-1] + len(ids) // 5, 60, "another fifth after the restart",
+             on_timeout=lambda: "\n".join(p.tail() for p in procs))
+    progress.append(finished())
+    mdb.server.halt(mode)
+    time.sleep(2.0)  # the fault itself: the server stays down this long
+    mdb.server.resume()
+    wait_for(lambda: finished() == len(ids), 90, "every job to finish after the restarts",
+             on_timeout=lambda: "\n".join(p.tail() for p in procs))
+    alive = [p.alive() for p in procs]
+    codes = mdb.stop(procs)
+    v = mdb.verdict(ids)
+    record(f"MariaDB restart ({'SIGTERM' if mode == 'fast' else 'SIGKILL'})", "transaction", v, "2 restarts",
+           time.monotonic() - started, note=f"finished before each restart: {progress}")
+    assert alive == [True] * 4, "a worker died instead of reconnecting\n" + "\n".join(p.tail() for p in procs)
+    assert all(code == 0 for code in codes.values()), (codes, [p.tail() for p in procs])
+    assert v.problems() == [], v.problems()
+    assert v.states == {"done": len(ids)}, v.states
+
+
+LEASE_TIMEOUT = 3.0
+SLACK = 2.0
+
+
+def test_mariadb_stalled_network_mid_job(mdb: Db, producer: Any) -> None:
+    """The stale worker's transaction is ended by the server (idle_transaction_timeout = lease_timeout)
+    within LEASE_TIMEOUT + SLACK of the stall; the healthy worker redoes the job, finished once."""
+    proxy = StallProxy(mdb.server.port)
+    env = {"FAULTS_LEASE_TIMEOUT": str(LEASE_TIMEOUT)}
+    try:
+        (job,) = producer.enqueue_many([("txn_effect", {"sleep_first": 2.0})])
+        started = time.monotonic()
+        stale = mdb.worker(port=proxy.port, concurrency=1, env=env)
+        wait_for(lambda: mdb.scalar("SELECT COUNT(*) FROM skiplock_job_attempts WHERE job_id = %s", (job,)) == 1,
+                 30, "the job to start behind the proxy", on_timeout=stale.tail)
+        proxy.stall()
+        stalled_at = time.monotonic()
+        healthy = mdb.worker(concurrency=1, env=env)
+        wait_for(lambda: mdb.scalar("SELECT state FROM skiplock_jobs WHERE id = %s", (job,)) == "done", 60,
+                 "the healthy worker to redo the job", on_timeout=lambda: stale.tail() + healthy.tail())
+        redone_after = time.monotonic() - stalled_at
+        proxy.heal()
+        time.sleep(0.5)  # the stale worker meets its ended session (its late writes are refused)
+        alive = stale.alive()
+        codes = mdb.stop([healthy])
+        v = mdb.verdict([job])
+        record("stalled network, TCP proxy (MariaDB)", "transaction", v, "1 stall", time.monotonic() - started,
+               note=f"job done by the healthy worker {redone_after:.1f} s after the stall "
+                    f"(bound: lease_timeout {LEASE_TIMEOUT:.0f} s + {SLACK:.0f} s)")
+    finally:
+        proxy.close()
+    assert v.problems() == [], v.problems()
+    assert v.states == {"done": 1}
+    assert mdb.rows("SELECT pid, attempt FROM effects WHERE job_id = %s", (job,)) == [(healthy.pid, 2)]
+    assert redone_after < LEASE_TIMEOUT + SLACK + 2.0  # the job's own 2 s first attempt is not what ends it
+    assert alive, stale.tail()
+    assert all(code == 0 for code in codes.values()), codes
+
+
+def test_mariadb_hung_handler_past_its_timeout(mdb: Db, producer: Any) -> None:
+    normal = producer.enqueue_many([("txn_effect", {"sleep": 0.01}) for _ in range(20)])
+    (hung,) = producer.enqueue_many([("txn_hang", {})])
+    started = time.monotonic()
+    wp = mdb.worker(concurrency=2)
+    wait_for(lambda: mdb.unfinished([*normal, hung]) == 0, 60, "the hung job to fail and the others to finish",
+             on_timeout=wp.tail)
+    alive = wp.alive()
+    codes = mdb.stop([wp])
+    v = mdb.verdict([*normal, hung])
+    state, last_error = mdb.rows("SELECT state, last_error FROM skiplock_jobs WHERE id = %s", (hung,))[0]
+    record("hung handler past its timeout (MariaDB)", "transaction", v, f"1 hang > {HANG_TIMEOUT:.0f} s timeout",
+           time.monotonic() - started)
+    assert alive, wp.tail()
+    assert state == "failed" and "timeout" in (last_error or "").lower(), (state, last_error)
+    assert v.problems() == [], v.problems()
+    assert v.states == {"done": len(normal), "failed": 1}, v.states
+    assert all(code == 0 for code in codes.values()), codes
