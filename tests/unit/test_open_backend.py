@@ -34,7 +34,7 @@ def test_mysql_dsns_get_the_mysql_backend(dsn):
     assert type(backend).__name__ == "MySQLBackend"
     assert backend.schema == "some_schema" and backend.dsn == dsn
     assert backend.connect_timeout == 3 and backend.lease_timeout == 30
-    assert backend.capabilities.listen_notify is False  # the worker polls
+    assert backend.capabilities.listen_notify is True  # wake-ups by polling notices (backend/mysql/notifications.py)
     assert SECRET not in repr(backend)
 
 

@@ -3,12 +3,13 @@ start-up checks (binlog format, auto-increment mode), the pool, leases and bookk
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import pymysql
 
@@ -17,7 +18,10 @@ from ..base import Capabilities
 from .dsn import connect_args
 from .errors import code, connection_lost, translate, translated
 from .lease import MySQLLease, MySQLSession
-from .sql import LOCK_WAIT_SECONDS, NOT_YET, _load, _named, names
+from .sql import LOCK_WAIT_SECONDS, _load, _named, names
+
+if TYPE_CHECKING:
+    from .notifications import MySQLNotifications
 
 log = logging.getLogger("skiplock.mysql")
 
@@ -50,7 +54,7 @@ class MySQLConnections:
     backend.py assembles. Nothing connects before first use."""
 
     wake_payload = "wake"
-    capabilities = Capabilities(batched_claims=False, listen_notify=False, server_bounds_lease=False)
+    capabilities = Capabilities(batched_claims=True, listen_notify=True, server_bounds_lease=False)
 
     def __init__(self, dsn: str, schema: str = "skiplock", *, lease_timeout: float = 600.0,
                  connect_timeout: float = 5.0, pool_size: int = 8):
@@ -163,8 +167,16 @@ class MySQLConnections:
     def connect_bookkeeping(self) -> MySQLSession:
         return MySQLSession(self._connect(autocommit=True), self.dsn)
 
-    def connect_listener(self) -> Any:
-        raise NotImplementedError(f"LISTEN/NOTIFY: MySQL has none, the worker polls ({NOT_YET})")
+    def connect_listener(self) -> "MySQLNotifications":
+        """An autocommit session polling for wake-ups (notifications.py: no LISTEN/NOTIFY on MySQL)."""
+        from .notifications import MySQLNotifications
+
+        conn = self._connect(autocommit=True)
+        try:
+            return MySQLNotifications(conn, self)
+        except BaseException:
+            conn.close()
+            raise
 
     def connection_budget(self) -> "ConnectionBudget":
         """What the server lets this user open now (see ``connection_budget`` in queries.sql)."""
@@ -196,6 +208,39 @@ class MySQLConnections:
             if isinstance(conn, MySQLLease) and not connection_lost(exc):
                 conn.refused = True
             raise error from None
+
+    # ---- what every finishing write does after it (leasing.py, operating.py) -------------------
+
+    def notice(self, job_id: int) -> str:
+        """The payload announcing that a job finished (a notice row, see ``notify`` in queries.sql)."""
+        return f"{self.schema}:{job_id}"
+
+    def _finishing_rows(self, cur: Any, ids: Sequence[int]) -> dict[int, tuple[bool, list[Any] | None, bool]]:
+        """{job id: (has an attempt row, pending errors, waited on)}, the attempt rows locked (see
+        ``finishing_rows`` in queries.sql)."""
+        cur.execute(self.q["finishing_rows"], {"ids": list(ids)})
+        return {int(r[0]): (bool(r[1]), None if r[2] is None else json.loads(r[2]), bool(r[3]))
+                for r in cur.fetchall()}
+
+    def _after_finish(self, cur: Any, ids: Sequence[int], *, pending_last_error: bool = True) -> None:
+        """Once ``ids`` are written finished: their pending errors folded in, their attempt rows
+        gone, their waiters notified -- in the finishing write's transaction. ``pending_last_error``:
+        the last pending error becomes last_error (not for a cancellation: its reason stays)."""
+        rows = self._finishing_rows(cur, ids)
+        for job_id, (_, pending, _) in rows.items():
+            if pending:
+                cur.execute(self.q["fold_pending"], {"id": job_id, "pending": json.dumps(pending),
+                                                      "pending_last": pending[-1].get("error") if pending_last_error else None})
+        counted = [i for i, (has, _, _) in rows.items() if has]
+        if counted:
+            cur.execute(self.q["forget_attempts_of"], {"ids": counted})
+        self._notify(cur, [i for i, (_, _, waited) in rows.items() if waited])
+
+    def _notify(self, cur: Any, ids: Sequence[int]) -> None:
+        """A notice per job (its waiters' wake-up), visible when the caller's transaction commits."""
+        if ids:
+            cur.execute(self.q["notify"].replace("{rows}", ", ".join([self.q["notify_row"]] * len(ids))),
+                        [self.notice(i) for i in ids])
 
     def terminate(self, backend_pids: Sequence[int]) -> None:
         """KILL these sessions (their transactions roll back) and wait (up to 5 s) until they are gone."""

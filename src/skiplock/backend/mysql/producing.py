@@ -4,10 +4,26 @@ from __future__ import annotations
 
 from typing import Any, Generator, Mapping, Sequence
 
+from ...errors import DuplicateJob
 from ..base import NewJob
+from ..keyed import same_keys
 from .connections import MySQLConnections
 from .errors import translated
 from .sql import ENQUEUE_CHUNK, NOT_YET, T, _OnConn, _drive, _naive_utc
+
+
+class KeyedBatch:
+    """An ``enqueue_many`` call in which some items carry a unique key (``keyed``: item index ->
+    (unique_key, on_conflict)). Each key is sent once, with its first item; a later item with the
+    same key gets that item's id -- or, with ``on_conflict="raise"``, is refused here, before any I/O
+    (DuplicateJob with ``existing_id`` None), as on PostgreSQL."""
+
+    def __init__(self, jobs: Sequence[NewJob], keyed: Mapping[int, tuple[str, str]]):
+        self.jobs = jobs
+        self.keyed = keyed
+        self.same_as = same_keys(keyed)  # a later item -> the first item with its key
+        self.sent = [i for i in range(len(jobs)) if i not in self.same_as]
+        self.sent_keyed = [i for i in self.sent if i in keyed]
 
 
 class Producing(MySQLConnections):
@@ -68,11 +84,50 @@ class Producing(MySQLConnections):
             row = cur.fetchone()
         return None if row is None else (int(row[0]), row[1])
 
-    def enqueue_keyed(self, batch: Any, conn: Any = None) -> list[int]:
-        raise NotImplementedError(f"enqueue_keyed is {NOT_YET}")
+    def keyed_batch(self, jobs: Sequence[NewJob], keyed: Mapping[int, tuple[str, str]]) -> "KeyedBatch":
+        """An ``enqueue_many`` batch with unique keys (:class:`KeyedBatch`; refuses in-call duplicates)."""
+        return KeyedBatch(jobs, keyed)
 
-    def keyed_batch(self, jobs: Sequence[NewJob], keyed: Mapping[int, tuple[str, str]]) -> Any:
-        raise NotImplementedError(f"keyed_batch is {NOT_YET}")
+    def enqueue_keyed(self, batch: "KeyedBatch", conn: Any = None) -> list[int]:
+        """``enqueue_many`` with unique keys: ids in input order, an item whose key is held getting the
+        holder's id; an item with ``on_conflict="raise"`` meeting a holder raises DuplicateJob and
+        nothing of the call is left (see :meth:`_keyed_on`)."""
+        return self.run(self.enqueue_keyed_steps(batch), conn)
+
+    def _keyed_on(self, conn: Any, batch: "KeyedBatch") -> list[int]:
+        """One SAVEPOINT around the call (a BEGIN/COMMIT if ``conn`` is in autocommit): keyed items
+        inserted one by one in key order (INSERT IGNORE, the holder read back: ``_unique_on``) -- so
+        concurrent batches sharing keys wait on each other in the same order and never deadlock --,
+        then the others in one multi-row INSERT. A refusal rolls back to the savepoint. The ids are
+        therefore not ascending in input order when keys are involved (they are on PostgreSQL)."""
+        own = bool(conn.get_autocommit())
+        if own:
+            conn.begin()
+        with conn.cursor() as cur:
+            cur.execute(self.q["keyed_savepoint"])
+        try:
+            found: dict[int, int] = {}
+            for i in sorted(batch.sent_keyed, key=lambda i: batch.keyed[i][0].encode()):
+                key, on_conflict = batch.keyed[i]
+                job_id, created = self._unique_on(conn, batch.jobs[i], key)
+                if not created and on_conflict == "raise":
+                    raise DuplicateJob(f"item {i}: job {job_id} already holds unique_key {key!r}; "
+                                       "nothing was enqueued", job_id)
+                found[i] = job_id
+            plain = [i for i in batch.sent if i not in batch.keyed]
+            for i, job_id in zip(plain, self._enqueue_on(conn, [batch.jobs[i] for i in plain])):
+                found[i] = job_id
+        except BaseException:
+            with conn.cursor() as cur:
+                cur.execute(self.q["keyed_rollback"])
+            if own:
+                conn.rollback()
+            raise
+        with conn.cursor() as cur:
+            cur.execute(self.q["keyed_release"])
+        if own:
+            conn.commit()
+        return [found[batch.same_as.get(i, i)] for i in range(len(batch.jobs))]
 
     # The statement steps (App.enqueue's protocol, see backend/postgres/steps.py): what a step is is
     # the backend's own business. A MySQL step is an _OnConn -- a function of the connection, since
@@ -87,7 +142,8 @@ class Producing(MySQLConnections):
         return found
 
     def enqueue_keyed_steps(self, batch: Any) -> Generator[Any, Any, list[int]]:
-        raise NotImplementedError(f"enqueue_many with unique keys is {NOT_YET}")
+        ids: list[int] = yield _OnConn(lambda c: self._keyed_on(c, batch))
+        return ids
 
     def run(self, steps: Generator[Any, Any, T], conn: Any = None) -> T:
         """Run steps on ``conn`` (the caller's PyMySQL connection, in its transaction), else in a

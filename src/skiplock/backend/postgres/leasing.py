@@ -12,7 +12,8 @@ from typing import Any, Sequence
 import psycopg
 from psycopg.rows import tuple_row
 
-from ..base import ClaimedJob, Finish, FlowKey, Lease, TaskLimits, Via
+from ..base import ClaimedJob, Finish, FlowKey, Lease, TaskLimits
+from ..finishing import dispatch
 from .connections import PostgresConnections, row_of
 from .errors import translate
 from .lease import PostgresLease, PostgresSession
@@ -167,23 +168,7 @@ class Leasing(PostgresConnections):
         a batch's deferred ``done`` writes by ``complete_batch`` with the COMMIT. ``Via.FRESH`` (or no
         lease): from a pooled connection, committed at once. Raises only skiplock errors."""
         try:
-            if what.via is Via.BATCH_COMMIT:
-                assert lease is not None and what.batch is not None
-                writes = what.writes
-                first = writes[0] if writes else None
-                ids = self.complete_batch(lease.conn, what.batch, [(w.job, w.attempt, w.result) for w in writes],
-                                          first.started_at if first else None, first.worker if first else None)
-                return {i: "done" for i in ids}
-            (w,) = what.writes
-            conn = None if lease is None or what.via is Via.FRESH else lease.conn
-            if w.state == "done":
-                done = self.complete(conn, w.job, w.attempt, w.result, w.started_at, w.worker, w.owner)
-                return {w.job.id: "done"} if done else {}
-            if w.undo and conn is not None:
-                conn.execute(self.q["rollback_to_savepoint"])
-            state = self.record_outcome(conn, w.job, w.attempt, state=w.state, delay=w.delay, error=w.error,
-                                        started_at=w.started_at, worker=w.worker, uncount=w.uncount, owner=w.owner)
-            return {} if state is None else {w.job.id: state}
+            return dispatch(self, lease, what, conn_of=lambda lease: lease.conn)
         except psycopg.Error as exc:
             raise translate(exc, self.dsn) from None
 

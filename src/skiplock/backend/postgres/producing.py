@@ -10,6 +10,7 @@ from psycopg.rows import tuple_row
 
 from ...errors import DatabaseUnavailable, DuplicateJob
 from ..base import NewJob
+from ..keyed import same_keys
 from .connections import PostgresConnections
 from .errors import translated
 from .steps import Steps, T, Undoable, run, run_async
@@ -55,16 +56,7 @@ class KeyedBatch:
     def __init__(self, jobs: Sequence[NewJob], keyed: Mapping[int, tuple[str, str]]):
         self.jobs = jobs
         self.keyed = keyed
-        first: dict[str, int] = {}
-        self.same_as: dict[int, int] = {}  # a later item -> the first item with its key
-        for i in sorted(keyed):
-            key, on_conflict = keyed[i]
-            j = first.setdefault(key, i)
-            if j != i:
-                if on_conflict == "raise":
-                    raise DuplicateJob(f"item {i}: unique_key {key!r} is also item {j}'s, and on_conflict='raise'; "
-                                       "nothing was enqueued", None)  # type: ignore[arg-type]
-                self.same_as[i] = j
+        self.same_as = same_keys(keyed)  # a later item -> the first item with its key
         self.sent = [i for i in range(len(jobs)) if i not in self.same_as]
         self.strict = [i for i in sorted(keyed) if keyed[i][1] == "raise"]  # none of them in same_as
         self._found: dict[int, tuple[bool, int | None]] = {}
