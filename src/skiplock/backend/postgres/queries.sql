@@ -1017,3 +1017,9 @@ SELECT id, at, actor, action, target, affected
  WHERE (%(before)s::bigint IS NULL OR id < %(before)s)
  ORDER BY id DESC
  LIMIT %(limit)s;
+
+-- name: cancel_requested
+-- The asyncio worker's watch over its transaction-lease jobs in flight: which of them a
+-- `cancel_job` asked to cancel (its handler's task is then cancelled; `end_lease_holder` has ended
+-- or will end the lease's session, rolling its writes back, and the cancel is recorded as usual).
+SELECT job_id FROM {schema}.job_cancellations WHERE job_id = ANY(%(ids)s::bigint[]);
