@@ -34,9 +34,9 @@ from .common import (FULL, QUICK, REPO_ROOT, Context, Figure, MachineLoad, Serve
 
 # Scenario modules import skiplock, so they are loaded only after --rev has chosen which one.
 SCENARIOS = ["baseline", "drain", "many_workers", "backlog", "enqueue", "latency", "load", "outbox_relay", "outage",
-             "sweep"]
+             "sweep", "aio"]
 # Run only when asked for (--only): the slot/process sweep takes several minutes on its own.
-OPT_IN = {"sweep"}
+OPT_IN = {"sweep", "aio"}
 # what each scenario's ratios are measured against
 NEEDS = {"drain": ["baseline"], "many_workers": ["baseline", "drain"], "backlog": ["baseline"]}
 
