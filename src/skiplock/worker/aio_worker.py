@@ -77,6 +77,8 @@ class AsyncWorker:
         self._lost: set[int] = set()
         self._txn_held: dict[int, asyncio.Task[Any]] = {}  # transaction-lease jobs in flight
         self._cancel_asked: set[int] = set()
+        self._to_complete: list[tuple[Any, asyncio.Future[bool]]] = []  # claimed-lease `done` writes waiting
+        self._complete_wake = asyncio.Event()
         self.leasing: Any = None
 
     def stop(self) -> None:
@@ -105,6 +107,8 @@ class AsyncWorker:
                 loops.append(asyncio.ensure_future(self._claim_loop(claimed_tasks, stop_when_empty)))
                 services = [asyncio.ensure_future(self._heartbeat_loop(beat)),
                             asyncio.ensure_future(self._rescue_loop())]
+                services += [asyncio.ensure_future(self._complete_loop())
+                             for _ in range(max(1, min(4, self.max_connections - RESERVED)))]
             else:
                 services = []
             runners = max(1, min(self.concurrency, self.max_connections - RESERVED))
@@ -140,6 +144,8 @@ class AsyncWorker:
         while not self._stopping.is_set():
             await slots.acquire()  # at least one slot is free
             free = 1
+            if self.concurrency >= 20 and self.concurrency - len(self._running) < self.concurrency // 10:
+                await asyncio.sleep(0.005)  # jobs are finishing: claim for several slots at once
             while not slots.locked() and free < 1000:
                 await slots.acquire()
                 free += 1
@@ -219,7 +225,10 @@ class AsyncWorker:
         leasing = self.leasing
         started_at = claimed.claimed_at
         if isinstance(outcome, Done):
-            if await leasing.complete(None, claimed, attempt, outcome.result, started_at, self.name, owner):
+            done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            self._to_complete.append(((claimed, attempt, outcome.result, started_at, self.name, owner), done))
+            self._complete_wake.set()
+            if await done:
                 return outcome
             return self._lost_lease(claimed, outcome)
         state, delay, error, uncount = _row_for(outcome)
@@ -236,6 +245,36 @@ class AsyncWorker:
         log.warning("job %s: lost its lease (rescued or cancelled meanwhile); our finishing write was refused",
                     claimed.id)
         return LeaseLost(outcome)
+
+    async def _complete_loop(self, most: int = 500) -> None:
+        """Claimed-lease ``done`` writes, many per round trip and transaction (``complete_many``), each
+        fenced on its own row; if that transaction fails, each is written alone (fenced the same way)."""
+        leasing = self.leasing
+        while True:
+            if not self._to_complete:
+                self._complete_wake.clear()
+                await self._complete_wake.wait()
+                continue
+            taken, self._to_complete = self._to_complete[:most], self._to_complete[most:]
+            writes = [w for w, _ in taken]
+            try:
+                results = await leasing.complete_many(writes)
+            except (ConnectionLost, DatabaseError) as exc:
+                log.warning("asyncio worker %s: %d completions in one transaction failed (%s); writing each alone",
+                            self.name, len(writes), exc)
+                results = []
+                for w in writes:
+                    try:
+                        results.append(await leasing.complete(None, *w))
+                    except (ConnectionLost, DatabaseError) as one:
+                        results.append(one)  # type: ignore[arg-type]
+            for (_, done), result in zip(taken, results):
+                if done.done():
+                    continue
+                if isinstance(result, BaseException):
+                    done.set_exception(result)
+                else:
+                    done.set_result(bool(result))
 
     async def _heartbeat_loop(self, interval: float) -> None:
         """Renew every claimed lease in flight, in one statement per beat; cancel the runs whose lease

@@ -228,6 +228,30 @@ class AsyncLeasing:
         row = (await self._on(conn, "complete", params))[0] if conn is not None else await self._fresh("complete", params)
         return bool(row[0])
 
+    async def complete_many(self, writes: Sequence[tuple[ClaimedJob, int, str | None, datetime, str, uuid.UUID]]) -> list[bool]:
+        """Claimed-lease ``complete`` writes ((job, attempt, result JSON, started_at, worker, owner)),
+        each fenced on its own row's state and owner, sent in one round trip (pipeline) in one short
+        transaction on a pooled connection, committed: all of them or, if that transaction fails, none
+        (the caller then writes them one by one). Per write: True if it was written ``done``."""
+        q = self.q["complete"]
+        async with self.lease() as conn:
+            try:
+                curs = []
+                async with conn.pipeline():
+                    for job, attempt, result, started_at, worker, owner in writes:
+                        cur = conn.cursor(row_factory=tuple_row)
+                        await cur.execute(q, {"id": job.id, "attempt": attempt, "result": result,
+                                              "started_at": started_at, "worker": worker, "owner": owner,
+                                              "notice": self.backend.notice(job.id)})
+                        curs.append(cur)
+                rows = [await cur.fetchone() for cur in curs]
+                await conn.commit()
+            except psycopg.Error as exc:
+                if not (conn.closed or conn.broken):
+                    await conn.rollback()
+                raise translate(exc, self.dsn) from None
+        return [bool(row[0]) if row else False for row in rows]
+
     async def record_outcome(self, conn: Any | None, job: ClaimedJob, attempt: int, *, state: str,
                              delay: float | None, error: str | None, started_at: datetime, worker: str,
                              uncount: bool = False, owner: uuid.UUID | None = None) -> str | None:
