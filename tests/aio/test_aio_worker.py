@@ -195,3 +195,57 @@ def test_a_stale_claimed_lease_is_fenced_off(dsn, db):
     assert (job.state, job.result, job.attempts) == ("done", "second run", 2)
     assert (stats.done, stats.lost) == (1, 1)
     aapp.app.close()
+
+
+@pytest.mark.parametrize("lease", ["transaction", "claimed"])
+def test_a_snooze_gives_its_attempt_back_and_retry_counts(dsn, lease):
+    aapp = skiplock.AsyncApp(dsn)
+    runs = []
+
+    @aapp.task(name="snoozy", lease=lease, max_attempts=3)
+    async def snoozy(job):
+        runs.append(job.attempts)
+        if len(runs) == 1:
+            raise skiplock.Snooze(0)
+        if len(runs) == 2:
+            raise skiplock.Retry(in_=0)
+        return len(runs)
+
+    async def main():
+        await aapp.migrate()
+        job_id = await aapp.enqueue("snoozy", {})
+        return job_id, await aapp.run_async_worker(concurrency=2, max_connections=4, stop_when_empty=True)
+
+    job_id, stats = _run(main())
+    job = aapp.app.get_job(job_id)
+    assert runs == [1, 1, 2]  # the snoozed run used no attempt; the retried one did
+    assert (job.state, job.result, job.attempts) == ("done", 3, 2)
+    assert (stats.snoozed, stats.retried, stats.done) == (1, 1, 1)
+    aapp.app.close()
+
+
+def test_cancelling_run_async_worker_stops_claiming_and_lets_jobs_in_flight_finish(dsn):
+    aapp = skiplock.AsyncApp(dsn)
+    started = asyncio.Event()
+
+    @aapp.task(name="short", lease="claimed")
+    async def short(job):
+        started.set()
+        await asyncio.sleep(0.3)
+        return "finished"
+
+    async def main():
+        await aapp.migrate()
+        first = await aapp.enqueue("short", {})
+        worker = asyncio.ensure_future(aapp.run_async_worker(concurrency=1, max_connections=4))
+        await started.wait()
+        second = await aapp.enqueue("short", {})
+        worker.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await worker
+        return first, second
+
+    first, second = _run(main())
+    assert aapp.app.get_job(first).state == "done"      # in flight: finished
+    assert aapp.app.get_job(second).state == "queued"   # not claimed after the stop
+    aapp.app.close()

@@ -79,6 +79,7 @@ class AsyncWorker:
         self._cancel_asked: set[int] = set()
         self._to_complete: list[tuple[Any, asyncio.Future[bool]]] = []  # claimed-lease `done` writes waiting
         self._complete_wake = asyncio.Event()
+        self._finished = 0  # jobs finished so far: a claim that began before one finished may have missed its retry
         self.leasing: Any = None
 
     def stop(self) -> None:
@@ -149,6 +150,7 @@ class AsyncWorker:
             while not slots.locked() and free < 1000:
                 await slots.acquire()
                 free += 1
+            finished_before = self._finished
             try:
                 started = await self._claim_started(names, free)
             except (ConnectionLost, DatabaseError) as exc:
@@ -161,7 +163,7 @@ class AsyncWorker:
                 run = asyncio.ensure_future(self._run_claimed(claimed, task, owner, begun))
                 self._track(run)
             if not started:
-                if stop_when_empty and not self._running:
+                if stop_when_empty and self._empty(finished_before):
                     return
                 await self._idle()
 
@@ -217,6 +219,7 @@ class AsyncWorker:
             log.warning("job %s: its outcome could not be written (%s); its lease expires and the rescuer "
                         "returns it", claimed.id, exc)
         finally:
+            self._finished += 1
             self._slots.release()
 
     async def _finish_fenced(self, claimed: ClaimedJob, attempt: int, outcome: Outcome, owner: uuid.UUID) -> Outcome:
@@ -326,6 +329,7 @@ class AsyncWorker:
 
     async def _txn_loop(self, names: list[str], stop_when_empty: bool) -> None:
         while not self._stopping.is_set():
+            finished_before = self._finished
             async with self._slots:
                 try:
                     ran = await self._run_one_txn(names)
@@ -333,7 +337,7 @@ class AsyncWorker:
                     log.warning("asyncio worker %s: a transaction-lease job's session failed (%s)", self.name, exc)
                     ran = True
             if not ran:
-                if stop_when_empty and not self._running:
+                if stop_when_empty and self._empty(finished_before):
                     return
                 await self._idle()
 
@@ -353,6 +357,7 @@ class AsyncWorker:
                     self.stats.count(await self._run_txn(conn, batch[0]))
                 finally:
                     self._running.discard(me)
+                    self._finished += 1
             finally:
                 if leasing.alive(conn) and leasing.usable(conn):
                     await leasing.rollback(conn)
@@ -434,6 +439,11 @@ class AsyncWorker:
                 pass
         written = await leasing.record_outcome(None, claimed, attempt, **args)
         return _as_written(outcome, written)
+
+    def _empty(self, finished_before: int) -> bool:
+        """Nothing in flight, and no job finished since the claim that found nothing began (its retry
+        or snooze may have committed after that claim's snapshot)."""
+        return not self._running and self._finished == finished_before
 
     def _track(self, run: "asyncio.Task[Any]") -> None:
         self._running.add(run)
