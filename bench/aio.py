@@ -22,7 +22,7 @@ def run(ctx: Context) -> list[Figure]:
                baseline_or_target=MAX_CONNECTIONS, reference=f"at most {MAX_CONNECTIONS}", goal="<= 1", details=sk),
     ]
     pq = out.get("pgqueuer")
-    if pq is not None:
+    if pq is not None and "error" not in pq:
         figures.append(Figure(s, f"pgqueuer (1 connection), {jobs:,} × sleep(1) jobs, concurrency 1,000",
                               pq["throughput"], "jobs/s", baseline_or_target=sk["throughput"],
                               reference="skiplock's asyncio worker", details=pq))

@@ -132,8 +132,11 @@ def run_all(new_db: Any, jobs: int = JOBS) -> dict[str, Any]:
     except ImportError:
         out["pgqueuer"] = None
     else:
-        with new_db("aio_pgqueuer", migrate=False) as dsn:
-            out["pgqueuer"] = measure(dsn, "pgqueuer", jobs)
+        try:
+            with new_db("aio_pgqueuer", migrate=False) as dsn:
+                out["pgqueuer"] = measure(dsn, "pgqueuer", jobs)
+        except Exception as exc:  # noqa: BLE001 - reported, and skiplock's figures are kept
+            out["pgqueuer"] = {"error": f"{type(exc).__name__}: {exc}"}
     return out
 
 
