@@ -249,3 +249,24 @@ def test_cancelling_run_async_worker_stops_claiming_and_lets_jobs_in_flight_fini
     assert aapp.app.get_job(first).state == "done"      # in flight: finished
     assert aapp.app.get_job(second).state == "queued"   # not claimed after the stop
     aapp.app.close()
+
+
+def test_a_running_async_worker_is_a_live_worker_with_its_tasks(dsn):
+    aapp = skiplock.AsyncApp(dsn)
+    seen = []
+
+    @aapp.task(name="look", lease="claimed")
+    async def look(job):
+        seen.append((await aapp.live_workers(), await aapp.untakeable_jobs()))
+
+    async def main():
+        await aapp.migrate()
+        await aapp.enqueue("look", {})
+        await aapp.enqueue("nobody_runs_this", {})
+        await aapp.run_async_worker(concurrency=2, max_connections=4, stop_when_empty=True)
+        return await aapp.live_workers()
+
+    after = _run(main())
+    assert seen == [(1, [("default", "nobody_runs_this", 1)])]  # its row lists its tasks
+    assert after == 0  # deleted when it exits
+    aapp.app.close()

@@ -27,7 +27,8 @@ All its connections come from one pool of at most ``max_connections`` (the backe
 
 Not (yet) here, compared with the sync worker: batches, LISTEN wake-ups (it polls every
 ``poll_interval`` when idle), the "one poison job, one victim" gate (an attempt that never finished
-is not charged: it shared its process), worker presence rows and hooks/metrics/tracing.
+is not charged: it shared its process) and hooks/metrics/tracing. Its row in ``workers``
+(worker/presence.py) is written before it claims, refreshed, and deleted when it exits.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from .aio_handler import make_async_job, run_handler
 from .completer import CANCELLED_WHILE_RUNNING, _as_written, _row_for
 from .failures import decide_failure, format_error
 from .loop import WorkerStats
+from .presence import SEEN_INTERVAL
 
 if TYPE_CHECKING:
     from ..app import App, Task
@@ -102,7 +104,9 @@ class AsyncWorker:
         await leasing.open()
         self._slots = asyncio.Semaphore(self.concurrency)
         loops: list[asyncio.Task[Any]] = []
+        presence = uuid.uuid4()
         try:
+            await self._seen(presence)  # before anything is claimed (worker/presence.py)
             if claimed_tasks:
                 beat = min(tasks[n].lease_seconds for n in claimed_tasks) / 3
                 loops.append(asyncio.ensure_future(self._claim_loop(claimed_tasks, stop_when_empty)))
@@ -112,6 +116,7 @@ class AsyncWorker:
                              for _ in range(max(1, min(4, self.max_connections - RESERVED)))]
             else:
                 services = []
+            services.append(asyncio.ensure_future(self._presence_loop(presence)))
             runners = max(1, min(self.concurrency, self.max_connections - RESERVED))
             if txn_tasks:
                 services.append(asyncio.ensure_future(self._watch_loop()))
@@ -129,8 +134,24 @@ class AsyncWorker:
                     service.cancel()
                 await asyncio.gather(*services, return_exceptions=True)
         finally:
+            try:
+                await leasing.worker_gone(presence)
+            except (ConnectionLost, DatabaseError) as exc:
+                log.warning("could not remove this worker's row from the workers table (%s)", exc)
             await leasing.close()
         return self.stats
+
+    async def _seen(self, presence: uuid.UUID) -> None:
+        await self.leasing.worker_seen(presence, self.name, sorted(self.app.tasks), self.queues,
+                                       socket.gethostname(), os.getpid(), self.concurrency)
+
+    async def _presence_loop(self, presence: uuid.UUID) -> None:
+        while True:
+            await asyncio.sleep(SEEN_INTERVAL)
+            try:
+                await self._seen(presence)
+            except (ConnectionLost, DatabaseError) as exc:
+                log.warning("asyncio worker %s: presence refresh failed (%s)", self.name, exc)
 
     async def _idle(self) -> None:
         try:

@@ -190,6 +190,16 @@ class AsyncLeasing:
         rows = await self._fresh("rescue_expired", {"batch": batch, "prefix": f"{self.backend.schema}:"}, many=True)
         return [(r[0], r[1]) for r in rows]
 
+    async def worker_seen(self, worker_id: uuid.UUID, name: str, tasks: Sequence[str], queues: Sequence[str] | None,
+                          host: str, pid: int, concurrency: int) -> None:
+        """This worker's row in ``workers`` (``worker_seen``: what it can take, which process it is)."""
+        await self._fresh("worker_seen", {"id": worker_id, "name": name, "tasks": list(tasks),
+                                          "queues": None if queues is None else list(queues), "host": host,
+                                          "pid": pid, "concurrency": concurrency})
+
+    async def worker_gone(self, worker_id: uuid.UUID) -> None:
+        await self._fresh("worker_gone", {"id": worker_id})
+
     # ---- the transaction lease -----------------------------------------------------------------
 
     async def start_attempt(self, job: ClaimedJob, worker: str, lease_pid: int) -> tuple[int, str | None, str | None, bool]:
