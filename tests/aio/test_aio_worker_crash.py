@@ -83,3 +83,44 @@ def test_a_killed_async_worker_s_jobs_come_back(dsn, db, tmp_path, lease):
     if lease == "claimed":
         assert all("lease expired" in app.get_job(i).errors[-1]["error"] for i in ids)
     app.close()
+
+
+POISON = textwrap.dedent("""
+    import asyncio, os, sys
+    import skiplock
+
+    aapp = skiplock.AsyncApp(sys.argv[1])
+
+    @aapp.task(name="poison", max_attempts=1)
+    async def poison(job):
+        with open(sys.argv[2], "a") as f:
+            f.write("run\\n")
+        os._exit(3)  # takes its worker process down, every time
+
+    @aapp.task(name="fine")
+    async def fine(job):
+        await asyncio.sleep(0.05)
+
+    asyncio.run(aapp.run_async_worker(concurrency=8, max_connections=6, stop_when_empty=True))
+""")
+
+
+def test_a_job_that_kills_its_async_worker_every_time_ends_failed(dsn, tmp_path):
+    """Each crash shares its process with other jobs, so it is not charged; but the job is then a
+    suspect and its next attempt runs alone in its process, where a crash is its own: it ends failed
+    within max_attempts + 1 runs, not retried for ever."""
+    app = skiplock.App(dsn)
+    app.migrate()
+    poison = app.enqueue("poison", {}, max_attempts=1)
+    app.enqueue_many([("fine", {}) for _ in range(6)])
+    script, runs = tmp_path / "aio_poison_script.py", tmp_path / "runs"
+    script.write_text(POISON)
+    for _ in range(6):
+        if app.get_job(poison).state == "failed":
+            break
+        subprocess.run([sys.executable, str(script), dsn, str(runs)], timeout=30, check=False)
+        app.enqueue_many([("fine", {}) for _ in range(4)])  # neighbours in flight at the next crash too
+    job = app.get_job(poison)
+    assert job.state == "failed", (job.state, job.attempts, runs.read_text().count("run"))
+    assert runs.read_text().count("run") <= 2  # max_attempts + 1
+    app.close()

@@ -25,9 +25,13 @@ All its connections come from one pool of at most ``max_connections`` (the backe
 - Sync handlers run in a thread (``asyncio.to_thread``); outcomes, retries, timeouts
   (aio_handler.py) and the failure decisions are the sync worker's (failures.py).
 
+One poison job, one victim (transaction lease): an attempt that never finished shared its process
+with other jobs, so it is not charged; the job is then a suspect and its next attempt runs alone in
+its process (``AsyncRunGate``), where a crash is its own and charged -- a job that kills its worker
+every time ends ``failed`` within ``max_attempts + 1`` runs.
+
 Not (yet) here, compared with the sync worker: batches, LISTEN wake-ups (it polls every
-``poll_interval`` when idle), the "one poison job, one victim" gate (an attempt that never finished
-is not charged: it shared its process) and hooks/metrics/tracing. Its row in ``workers``
+``poll_interval`` when idle) and hooks/metrics/tracing. Its row in ``workers``
 (worker/presence.py) is written before it claims, refreshed, and deleted when it exits.
 """
 
@@ -38,7 +42,8 @@ import logging
 import os
 import socket
 import uuid
-from typing import TYPE_CHECKING, Any, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, AsyncIterator, Sequence
 
 from ..backend.base import ClaimedJob
 from ..errors import ConfigurationError, ConnectionLost, DatabaseError
@@ -53,6 +58,47 @@ if TYPE_CHECKING:
     from ..app import App, Task
 
 log = logging.getLogger("skiplock.worker")
+
+class AsyncRunGate:
+    """The process's run gate on its event loop (the sync worker's gate.py, for tasks): handlers run
+    ``shared``; a suspect's handler runs ``exclusive`` -- it waits until no other handler of the process
+    runs, and none starts until it is done (a waiting exclusive run goes before new shared ones) -- so
+    if the process dies then, the crash is its own and its attempt is charged."""
+
+    def __init__(self) -> None:
+        self._cond = asyncio.Condition()
+        self._shared = 0
+        self._exclusive = False
+        self._waiting = 0
+
+    @asynccontextmanager
+    async def shared(self) -> AsyncIterator[None]:
+        async with self._cond:
+            await self._cond.wait_for(lambda: not self._exclusive and not self._waiting)
+            self._shared += 1
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        async with self._cond:
+            self._waiting += 1
+            try:
+                await self._cond.wait_for(lambda: not self._exclusive and not self._shared)
+            finally:
+                self._waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
 
 RESERVED = 2  # pooled connections kept from transaction-lease jobs: the claim and the finishing writes
 
@@ -83,6 +129,7 @@ class AsyncWorker:
         self._complete_wake = asyncio.Event()
         self._finished = 0  # jobs finished so far: a claim that began before one finished may have missed its retry
         self.leasing: Any = None
+        self.gate = AsyncRunGate()
 
     def stop(self) -> None:
         """Stop claiming; the jobs in flight finish (``run`` returns once they have)."""
@@ -224,7 +271,8 @@ class AsyncWorker:
                 self._held[claimed.id] = (owner, task.lease_seconds, me)
                 try:
                     job = make_async_job(claimed, attempt, self.name, None)
-                    outcome = await run_handler(self.app, task, job, claimed, attempt)
+                    async with self.gate.shared():
+                        outcome = await run_handler(self.app, task, job, claimed, attempt)
                 except asyncio.CancelledError:
                     if claimed.id in self._lost:  # the heartbeat found the lease no longer ours
                         self.stats.count(LeaseLost(Failed("lease lost")))
@@ -321,12 +369,12 @@ class AsyncWorker:
 
     async def _rescue_loop(self) -> None:
         while True:
+            await asyncio.sleep(self.rescue_interval)
             try:
                 for job_id, state in await self.leasing.rescue_expired():
                     log.warning("job %s: lease expired; %s", job_id, "queued again" if state == "queued" else "failed")
             except (ConnectionLost, DatabaseError) as exc:
                 log.warning("asyncio worker %s: rescue failed (%s)", self.name, exc)
-            await asyncio.sleep(self.rescue_interval)
 
     async def _watch_loop(self, interval: float = 0.5) -> None:
         """Transaction-lease jobs in flight whose cancellation was requested: their handlers' tasks are
@@ -388,7 +436,7 @@ class AsyncWorker:
         leasing, name = self.leasing, self.name
         started_at = claimed.claimed_at
         task = self.app.tasks[claimed.task]
-        attempt, cancel_reason, unrecorded, _suspect = await leasing.start_attempt(claimed, name,
+        attempt, cancel_reason, unrecorded, suspect = await leasing.start_attempt(claimed, name,
                                                                                   leasing.session_id(conn))
         if cancel_reason is not None:
             return await self._write(conn, claimed, attempt - 1, Cancelled(cancel_reason), False)
@@ -403,8 +451,19 @@ class AsyncWorker:
         me = asyncio.current_task()
         assert me is not None
         self._txn_held[claimed.id] = me
+        job = make_async_job(claimed, attempt, name, conn)
         try:
-            outcome = await run_handler(self.app, task, make_async_job(claimed, attempt, name, conn), claimed, attempt)
+            if suspect:
+                # Its last attempt never finished: this one runs alone in the process, charged if it never
+                # finishes either (one poison job, one victim).
+                log.info("job %s: its previous run never finished; attempt %s runs alone in this process",
+                         claimed.id, attempt)
+                async with self.gate.exclusive():
+                    await leasing.mark_exclusive(claimed.id, attempt)
+                    outcome = await run_handler(self.app, task, job, claimed, attempt)
+            else:
+                async with self.gate.shared():
+                    outcome = await run_handler(self.app, task, job, claimed, attempt)
         except asyncio.CancelledError:
             if claimed.id not in self._cancel_asked:
                 raise

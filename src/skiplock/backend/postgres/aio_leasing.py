@@ -209,6 +209,10 @@ class AsyncLeasing:
                                                   "backend_pid": lease_pid, "exclusive": False, "batch": None})
         return int(row[0]), row[1], row[2], bool(row[3])
 
+    async def mark_exclusive(self, job_id: int, attempt: int) -> None:
+        """A suspect's attempt now runs alone in its process: charged if it never finishes (``mark_exclusive``)."""
+        await self._fresh("mark_exclusive", {"id": job_id, "attempt": attempt})
+
     async def savepoint(self, conn: Any) -> None:
         await self._on(conn, "savepoint")
 
