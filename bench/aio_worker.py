@@ -71,7 +71,7 @@ async def _pgqueuer(dsn: str, jobs: int) -> dict[str, Any]:
     await queries.install()
     await queries.enqueue(["sleep1"] * jobs, [None] * jobs, [0] * jobs)
     done = 0
-    qm = QueueManager(driver)
+    qm = QueueManager(queries)
 
     @qm.entrypoint("sleep1")
     async def sleep1(job: Any) -> None:

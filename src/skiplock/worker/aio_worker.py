@@ -127,6 +127,7 @@ class AsyncWorker:
         self._cancel_asked: set[int] = set()
         self._to_complete: list[tuple[Any, asyncio.Future[bool]]] = []  # claimed-lease `done` writes waiting
         self._complete_wake = asyncio.Event()
+        self._last_done = asyncio.Event()  # the last job in flight finished: an idle claimer looks again now
         self._finished = 0  # jobs finished so far: a claim that began before one finished may have missed its retry
         self.leasing: Any = None
         self.gate = AsyncRunGate()
@@ -201,10 +202,14 @@ class AsyncWorker:
                 log.warning("asyncio worker %s: presence refresh failed (%s)", self.name, exc)
 
     async def _idle(self) -> None:
+        """Wait ``poll_interval``, or less: until stopped, or until the last job in flight finished."""
+        self._last_done.clear()
+        waits = [asyncio.ensure_future(self._stopping.wait()), asyncio.ensure_future(self._last_done.wait())]
         try:
-            await asyncio.wait_for(self._stopping.wait(), self.poll_interval)
-        except asyncio.TimeoutError:
-            pass
+            await asyncio.wait(waits, timeout=self.poll_interval, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
 
     # ---- claimed lease -------------------------------------------------------------------------
 
@@ -290,6 +295,8 @@ class AsyncWorker:
         finally:
             self._finished += 1
             self._slots.release()
+            if len(self._running) <= 1:
+                self._last_done.set()
 
     async def _finish_fenced(self, claimed: ClaimedJob, attempt: int, outcome: Outcome, owner: uuid.UUID) -> Outcome:
         """The claimed lease's finishing write, fenced on state ``running`` and our owner, from a pooled

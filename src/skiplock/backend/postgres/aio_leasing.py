@@ -158,23 +158,13 @@ class AsyncLeasing:
 
     async def start_claimed_many(self, conn: Any, jobs: Sequence[tuple[ClaimedJob, uuid.UUID, float]],
                                  worker: str) -> list[tuple[int, str | None] | None]:
-        """``start_claimed`` for each job in the claim's transaction, in one round trip (pipeline);
-        the caller commits. Per job: (attempt, pending cancellation reason) or None if not queued."""
-        out: list[tuple[int, str | None] | None] = []
-        try:
-            async with conn.pipeline():
-                curs = []
-                for job, owner, lease in jobs:
-                    cur = conn.cursor(row_factory=tuple_row)
-                    await cur.execute(self.q["start_claimed"], {"id": job.id, "owner": owner, "lease": lease,
-                                                                "worker": worker})
-                    curs.append(cur)
-            for cur in curs:
-                row = await cur.fetchone()
-                out.append((int(row[0]), row[1]) if row else None)
-        except psycopg.Error as exc:
-            raise translate(exc, self.dsn) from None
-        return out
+        """``start_claimed_many``: every job of the claim marked running in one statement, in the claim's
+        transaction; the caller commits. Per job: (attempt, pending cancellation reason) or None if not queued."""
+        rows = await self._on(conn, "start_claimed_many", {
+            "ids": [j.id for j, _, _ in jobs], "owners": [o for _, o, _ in jobs], "leases": [x for _, _, x in jobs],
+            "worker": worker})
+        by_id = {r[0]: (int(r[1]), r[2]) for r in rows}
+        return [by_id.get(j.id) for j, _, _ in jobs]
 
     async def heartbeat(self, leases: Sequence[tuple[int, uuid.UUID, float]]) -> set[int]:
         """Extend these claimed leases in one statement; the ids still owned."""
