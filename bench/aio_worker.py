@@ -5,7 +5,7 @@
 - skiplock: ``AsyncApp.run_async_worker(concurrency=1000, max_connections=20)``, claimed lease (an
   in-flight job holds no connection; heartbeats renewed in batches);
 - pgqueuer (if installed: ``pip install pgqueuer``): ``QueueManager`` on one psycopg
-  ``AsyncConnection`` (its documented set-up), ``max_concurrent_tasks=1000``, ``batch_size=1000``,
+  ``AsyncConnection`` (its documented set-up), ``max_concurrent_tasks=1000``, ``batch_size=500`` (its largest for that cap),
   ``mode=drain``.
 
 Each runs in a child process of its own (``python -m bench.aio_worker child <queue> <dsn>``) on a
@@ -82,7 +82,7 @@ async def _pgqueuer(dsn: str, jobs: int) -> dict[str, Any]:
     print("ready", flush=True)
     sys.stdin.readline()
     began = time.perf_counter()
-    await qm.run(batch_size=1000, max_concurrent_tasks=CONCURRENCY, mode=QueueExecutionMode.drain)
+    await qm.run(batch_size=CONCURRENCY // 2, max_concurrent_tasks=CONCURRENCY, mode=QueueExecutionMode.drain)
     seconds = time.perf_counter() - began
     left = (await (await conn.execute("SELECT count(*) FROM pgqueuer")).fetchone())[0]  # type: ignore[index]
     await conn.close()
