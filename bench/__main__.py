@@ -37,11 +37,11 @@ from .common import (FULL, QUICK, REPO_ROOT, Context, Figure, MachineLoad, Serve
 
 # Scenario modules import skiplock, so they are loaded only after --rev has chosen which one.
 SCENARIOS = ["baseline", "drain", "many_workers", "backlog", "enqueue", "latency", "load", "outbox_relay", "outage",
-             "sweep", "dashboard", "flow"]
+             "sweep", "dashboard", "flow", "aio"]
 # Run only when asked for (--only): the slot/process sweep takes several minutes on its own; the
 # dashboard's loads 1,000,000 jobs (about a minute) and measures pages, not the queue; flow: flow
-# control's claims (bench/flow.py).
-OPT_IN = {"sweep", "dashboard", "flow"}
+# control's claims (bench/flow.py); aio: the asyncio worker (bench/aio.py).
+OPT_IN = {"sweep", "dashboard", "flow", "aio"}
 # what each scenario's ratios are measured against
 NEEDS = {"drain": ["baseline"], "many_workers": ["baseline", "drain"], "backlog": ["baseline"], "flow": ["drain"]}
 

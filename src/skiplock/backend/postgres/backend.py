@@ -77,6 +77,12 @@ class PostgresBackend(Leasing, Operating, PostgresReads):
         return PostgresTesting(self, lambda name: connect(self.dsn, self.connect_timeout, autocommit=False,
                                                           application_name=name, **self._startup()))
 
+    def async_leasing(self, max_connections: int) -> Any:
+        """The asyncio worker's pool and lease verbs (:class:`.aio_leasing.AsyncLeasing`)."""
+        from .aio_leasing import AsyncLeasing
+
+        return AsyncLeasing(self, max_connections)
+
     def trace_store(self) -> Any:
         """The trace-context store (``tracing.py``), used only when tracing is on (``base.TraceStore``)."""
         from .tracing import PostgresTraceStore

@@ -1407,3 +1407,22 @@ SELECT pg_relation_size(%(table)s::regclass) / current_setting('block_size')::bi
 SELECT queue, state, round(count(*) * 100.0 / %(percent)s)::bigint AS estimate
   FROM {schema}.jobs TABLESAMPLE SYSTEM (%(percent)s)
  GROUP BY queue, state;
+
+-- name: cancel_requested
+-- The asyncio worker's watch over its transaction-lease jobs in flight: which of them a
+-- `cancel_job` asked to cancel (its handler's task is then cancelled; `end_lease_holder` has ended
+-- or will end the lease's session, rolling its writes back, and the cancel is recorded as usual).
+SELECT job_id FROM {schema}.job_cancellations WHERE job_id = ANY(%(ids)s::bigint[]);
+
+-- name: start_claimed_many
+-- `start_claimed` for every job of one claim, in one statement (the asyncio worker's claimed lease):
+-- inside the claim transaction, each row still 'queued' (we hold its lock) moves to 'running' with
+-- its own owner token and lease, its attempt counted; the caller commits at once, so every attempt
+-- is durable before its handler starts. Returns (id, attempt, pending cancellation reason) per row
+-- moved; an id missing was not queued.
+UPDATE {schema}.jobs j
+   SET state = 'running', owner = s.owner, attempts = j.attempts + 1, worker = %(worker)s,
+       started_at = now(), lease_expires_at = now() + s.lease * interval '1 second'
+  FROM unnest(%(ids)s::bigint[], %(owners)s::uuid[], %(leases)s::float8[]) AS s(id, owner, lease)
+ WHERE j.id = s.id AND j.state = 'queued'
+RETURNING j.id, j.attempts, (SELECT reason FROM {schema}.job_cancellations c WHERE c.job_id = j.id);

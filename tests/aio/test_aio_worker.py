@@ -1,0 +1,272 @@
+"""The asyncio worker (worker/aio_worker.py) against the real server: job.conn is an AsyncConnection
+whose writes commit with the job (transaction lease); claimed-lease jobs run many at once on a few
+connections; sync handlers still work; timeouts, cancellation and fencing behave as in the sync worker."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import psycopg
+import pytest
+
+import skiplock
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 45))  # a safety net, never a speed assertion
+
+
+def test_transaction_lease_job_conn_is_async_and_its_writes_commit_with_the_job(dsn, db):
+    db.execute("CREATE TABLE effects (tag text)")
+    aapp = skiplock.AsyncApp(dsn)
+    seen = []
+
+    @aapp.task(name="write_ok")
+    async def write_ok(job, tag):
+        seen.append(type(job.conn))
+        await job.conn.execute("INSERT INTO effects VALUES (%s)", [tag])
+        await asyncio.sleep(0)
+        return tag
+
+    @aapp.task(name="write_then_fail", max_attempts=1)
+    async def write_then_fail(job, tag):
+        await job.conn.execute("INSERT INTO effects VALUES (%s)", [tag])
+        raise RuntimeError("boom after writing")
+
+    async def main():
+        await aapp.migrate()
+        ok = await aapp.enqueue("write_ok", {"tag": "kept"})
+        bad = await aapp.enqueue("write_then_fail", {"tag": "rolled back"})
+        stats = await aapp.run_async_worker(concurrency=4, max_connections=4, stop_when_empty=True)
+        return ok, bad, stats
+
+    ok, bad, stats = _run(main())
+    assert seen and all(issubclass(t, psycopg.AsyncConnection) for t in seen)
+    assert (stats.done, stats.failed) == (1, 1)
+    assert aapp.app.get_job(ok).state == "done" and aapp.app.get_job(ok).result == "kept"
+    failed = aapp.app.get_job(bad)
+    assert failed.state == "failed" and "boom after writing" in failed.last_error
+    assert [r[0] for r in db.execute("SELECT tag FROM effects")] == ["kept"]
+    aapp.app.close()
+
+
+def test_claimed_lease_jobs_run_many_at_once_holding_no_connection(dsn, db):
+    n, connections = 60, 3
+    aapp = skiplock.AsyncApp(dsn)
+    in_flight = 0
+    all_in = asyncio.Event()
+    conns = []
+    sessions = []
+
+    @aapp.task(name="wait_for_all", lease="claimed", lease_seconds=30)
+    async def wait_for_all(job, i):
+        nonlocal in_flight
+        conns.append(job.conn)
+        in_flight += 1
+        if in_flight == n:
+            sessions.append(await asyncio.to_thread(lambda: db.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'skiplock-aio'").fetchone()[0]))
+            all_in.set()
+        await all_in.wait()  # every job is in flight at once before any finishes
+        return i
+
+    async def main():
+        await aapp.migrate()
+        await aapp.enqueue_many([("wait_for_all", {"i": i}) for i in range(n)])
+        return await aapp.run_async_worker(concurrency=n, max_connections=connections, stop_when_empty=True)
+
+    stats = _run(main())
+    assert stats.done == n
+    assert conns == [None] * n  # an in-flight claimed-lease job holds no connection
+    assert 1 <= sessions[0] <= connections
+    assert db.execute("SELECT count(*) FROM skiplock.jobs WHERE state = 'done'").fetchone()[0] == n
+    aapp.app.close()
+
+
+def test_sync_handlers_run_in_a_thread_beside_async_ones(dsn, db):
+    aapp = skiplock.AsyncApp(dsn)
+    loop_threads = []
+
+    @aapp.task(name="sync_one", lease="claimed")
+    def sync_one(job, x):
+        return threading.current_thread() is not loop_threads[0]
+
+    @aapp.task(name="async_one")
+    async def async_one(job, x):
+        return threading.current_thread() is loop_threads[0]
+
+    async def main():
+        loop_threads.append(threading.current_thread())
+        await aapp.migrate()
+        a = await aapp.enqueue("sync_one", {"x": 1})
+        b = await aapp.enqueue("async_one", {"x": 2})
+        await aapp.run_async_worker(concurrency=2, max_connections=4, stop_when_empty=True)
+        return a, b
+
+    a, b = _run(main())
+    assert aapp.app.get_job(a).result is True and aapp.app.get_job(b).result is True
+    aapp.app.close()
+
+
+@pytest.mark.parametrize("lease", ["transaction", "claimed"])
+def test_a_timeout_fails_the_attempt_and_is_retried_as_in_the_sync_worker(dsn, lease):
+    aapp = skiplock.AsyncApp(dsn)
+    attempts = []
+
+    @aapp.task(name="slow", lease=lease, timeout=0.2, max_attempts=2, retry=0)
+    async def slow(job):
+        attempts.append(job.attempts)
+        await asyncio.sleep(30)
+
+    async def main():
+        await aapp.migrate()
+        job_id = await aapp.enqueue("slow", {})
+        stats = await aapp.run_async_worker(concurrency=2, max_connections=4, stop_when_empty=True)
+        return job_id, stats
+
+    job_id, stats = _run(main())
+    job = aapp.app.get_job(job_id)
+    assert attempts == [1, 2] and (stats.retried, stats.failed) == (1, 1)
+    assert job.state == "failed" and job.attempts == 2 and "JobTimeout" in job.last_error
+    aapp.app.close()
+
+
+@pytest.mark.parametrize("lease", ["transaction", "claimed"])
+def test_cancelling_a_running_job_stops_it_and_records_it_cancelled(dsn, db, lease):
+    db.execute("CREATE TABLE effects (tag text)")
+    aapp = skiplock.AsyncApp(dsn)
+    started = threading.Event()
+
+    @aapp.task(name="forever", lease=lease, lease_seconds=1)
+    async def forever(job):
+        if job.conn is not None:
+            await job.conn.execute("INSERT INTO effects VALUES ('never committed')")
+        started.set()
+        await asyncio.sleep(60)
+
+    async def main():
+        await aapp.migrate()
+        job_id = await aapp.enqueue("forever", {})
+        worker = asyncio.ensure_future(aapp.run_async_worker(concurrency=2, max_connections=4, stop_when_empty=True))
+        await asyncio.to_thread(started.wait, 30)
+        state = await aapp.cancel_job(job_id, "no longer wanted")
+        stats = await worker
+        return job_id, state, stats
+
+    job_id, state, stats = _run(main())
+    job = aapp.app.get_job(job_id)
+    assert job.state == "cancelled" and "no longer wanted" in job.last_error
+    assert stats.done == 0
+    assert db.execute("SELECT count(*) FROM effects").fetchone()[0] == 0
+    aapp.app.close()
+
+
+def test_a_stale_claimed_lease_is_fenced_off(dsn, db):
+    """A claimed-lease run whose lease expired and was rescued cannot finish the job: its fenced write
+    is refused, and the job's next attempt is the one that completes it."""
+    aapp = skiplock.AsyncApp(dsn)
+    first_started = threading.Event()
+    release_first = asyncio.Event()
+
+    @aapp.task(name="fenced", lease="claimed", lease_seconds=60)  # the heartbeat does not beat meanwhile
+    async def fenced(job):
+        if job.attempts == 1:
+            first_started.set()
+            await release_first.wait()
+            return "stale run"
+        return "second run"
+
+    async def main():
+        await aapp.migrate()
+        job_id = await aapp.enqueue("fenced", {})
+        worker = asyncio.ensure_future(aapp.run_async_worker(concurrency=2, max_connections=4, stop_when_empty=True,
+                                                             rescue_interval=60))
+        await asyncio.to_thread(first_started.wait, 30)
+        db.execute("UPDATE skiplock.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s", [job_id])
+        assert await asyncio.to_thread(aapp.app.backend.rescue_expired) == [(job_id, "queued")]
+        release_first.set()
+        return job_id, await worker
+
+    job_id, stats = _run(main())
+    job = aapp.app.get_job(job_id)
+    assert (job.state, job.result, job.attempts) == ("done", "second run", 2)
+    assert (stats.done, stats.lost) == (1, 1)
+    aapp.app.close()
+
+
+@pytest.mark.parametrize("lease", ["transaction", "claimed"])
+def test_a_snooze_gives_its_attempt_back_and_retry_counts(dsn, lease):
+    aapp = skiplock.AsyncApp(dsn)
+    runs = []
+
+    @aapp.task(name="snoozy", lease=lease, max_attempts=3)
+    async def snoozy(job):
+        runs.append(job.attempts)
+        if len(runs) == 1:
+            raise skiplock.Snooze(0)
+        if len(runs) == 2:
+            raise skiplock.Retry(in_=0)
+        return len(runs)
+
+    async def main():
+        await aapp.migrate()
+        job_id = await aapp.enqueue("snoozy", {})
+        return job_id, await aapp.run_async_worker(concurrency=2, max_connections=4, stop_when_empty=True)
+
+    job_id, stats = _run(main())
+    job = aapp.app.get_job(job_id)
+    assert runs == [1, 1, 2]  # the snoozed run used no attempt; the retried one did
+    assert (job.state, job.result, job.attempts) == ("done", 3, 2)
+    assert (stats.snoozed, stats.retried, stats.done) == (1, 1, 1)
+    aapp.app.close()
+
+
+def test_cancelling_run_async_worker_stops_claiming_and_lets_jobs_in_flight_finish(dsn):
+    aapp = skiplock.AsyncApp(dsn)
+    started = asyncio.Event()
+
+    @aapp.task(name="short", lease="claimed")
+    async def short(job):
+        started.set()
+        await asyncio.sleep(0.3)
+        return "finished"
+
+    async def main():
+        await aapp.migrate()
+        first = await aapp.enqueue("short", {})
+        worker = asyncio.ensure_future(aapp.run_async_worker(concurrency=1, max_connections=4))
+        await started.wait()
+        second = await aapp.enqueue("short", {})
+        worker.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await worker
+        return first, second
+
+    first, second = _run(main())
+    assert aapp.app.get_job(first).state == "done"      # in flight: finished
+    assert aapp.app.get_job(second).state == "queued"   # not claimed after the stop
+    aapp.app.close()
+
+
+def test_a_running_async_worker_is_a_live_worker_with_its_tasks(dsn):
+    aapp = skiplock.AsyncApp(dsn)
+    seen = []
+
+    @aapp.task(name="look", lease="claimed")
+    async def look(job):
+        seen.append((await aapp.live_workers(), await aapp.untakeable_jobs()))
+
+    async def main():
+        await aapp.migrate()
+        await aapp.enqueue("look", {})
+        await aapp.enqueue("nobody_runs_this", {})
+        await aapp.run_async_worker(concurrency=2, max_connections=4, stop_when_empty=True)
+        return await aapp.live_workers()
+
+    after = _run(main())
+    assert seen == [(1, [("default", "nobody_runs_this", 1)])]  # its row lists its tasks
+    assert after == 0  # deleted when it exits
+    aapp.app.close()
