@@ -270,3 +270,24 @@ def test_a_running_async_worker_is_a_live_worker_with_its_tasks(dsn):
     assert seen == [(1, [("default", "nobody_runs_this", 1)])]  # its row lists its tasks
     assert after == 0  # deleted when it exits
     aapp.app.close()
+
+
+def test_a_task_with_flow_limits_is_refused_not_run_past_its_limit(dsn):
+    """The asyncio worker has no flow claim (worker/flow.py): a task with concurrency/rate/partition_by
+    is refused with one clear error before anything is claimed, never run without its slots."""
+    aapp = skiplock.AsyncApp(dsn)
+
+    @aapp.task(name="limited", concurrency=1)
+    async def limited(job):
+        return "ran"
+
+    async def main():
+        await aapp.migrate()
+        job_id = await aapp.enqueue("limited", {})
+        with pytest.raises(skiplock.ConfigurationError, match="limited.*App.worker"):
+            await aapp.run_async_worker(concurrency=2, max_connections=3, stop_when_empty=True)
+        return job_id
+
+    job_id = _run(main())
+    assert aapp.app.get_job(job_id).state == "queued"
+    aapp.app.close()

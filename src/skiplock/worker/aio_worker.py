@@ -144,6 +144,10 @@ class AsyncWorker:
         txn_tasks = sorted(n for n, t in tasks.items() if t.lease != "claimed")
         if not tasks:
             raise ValueError("the app has no tasks registered: nothing to run")
+        limited = sorted(n for n, t in tasks.items() if t.limited)
+        if limited:  # no flow claim here (worker/flow.py): such jobs would run without their slots
+            raise ConfigurationError(f"tasks with flow limits (concurrency, rate, partition_by: {', '.join(limited)}) "
+                                     f"are not run by the asyncio worker yet: run them on App.worker()")
         opener = getattr(backend, "async_leasing", None)
         if opener is None:
             raise ConfigurationError(f"the asyncio worker needs a backend with asyncio lease verbs (PostgreSQL); "
