@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import itertools
 import os
-import pwd
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -33,6 +31,8 @@ from urllib.parse import quote
 
 import pytest
 
+from private_servers import apt_install, binary, free_port, server_user
+
 SERVER_USER_WHEN_ROOT = "skiplock_mariadb"
 PACKAGE = "mariadb-server"
 INSTALL_HINT = (f"the MariaDB tests need MariaDB 10.11's server (mariadbd, mariadb-install-db): "
@@ -42,46 +42,13 @@ TEST_USER = "skiplock"
 _counter = itertools.count()
 
 
-def _binary(name: str) -> str | None:
-    return shutil.which(name) or next((str(p) for p in (Path("/usr/sbin") / name, Path("/usr/bin") / name)
-                                       if p.exists()), None)
-
-
 def ensure_installed() -> tuple[str, str]:
     """(mariadbd, mariadb-install-db); installs the package as root when missing, else skips saying
     what to install."""
-    server, install_db = _binary("mariadbd"), _binary("mariadb-install-db")
-    if server and install_db:
-        return server, install_db
-    if os.geteuid() != 0:
-        pytest.skip(INSTALL_HINT)
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    done = subprocess.run(["apt-get", "install", "-y", "-q", PACKAGE], env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
-        done = subprocess.run(["apt-get", "install", "-y", "-q", PACKAGE], env=env, capture_output=True, text=True)
-    server, install_db = _binary("mariadbd"), _binary("mariadb-install-db")
-    if not (server and install_db):
-        pytest.skip(f"{INSTALL_HINT} (apt-get install failed: {done.stderr.strip()[-300:]})")
-    # the package starts the system service; we never use it (our own data dir, socket and port)
-    return server, install_db
-
-
-def _server_user() -> pwd.struct_passwd:
-    if os.geteuid() != 0:
-        return pwd.getpwuid(os.geteuid())
-    try:
-        return pwd.getpwnam(SERVER_USER_WHEN_ROOT)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                        SERVER_USER_WHEN_ROOT], check=True, capture_output=True)
-        return pwd.getpwnam(SERVER_USER_WHEN_ROOT)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    def present() -> tuple[str, str] | None:
+        server, install_db = binary("mariadbd"), binary("mariadb-install-db")
+        return (server, install_db) if server and install_db else None
+    return apt_install(PACKAGE, INSTALL_HINT, present)
 
 
 @dataclass
@@ -152,7 +119,7 @@ class MariaDB:
 def start(timeout: float = 60.0, extra_args: list[str] | None = None) -> MariaDB:
     """Install (if needed), initialise and start a private server; returns once it accepts the test user."""
     server, install_db = ensure_installed()
-    user = _server_user()
+    user = server_user(SERVER_USER_WHEN_ROOT)
     root = Path(tempfile.mkdtemp(prefix="skiplock-mariadb-"))  # 0700, ours
     home = root / "server"  # the server's own files: 0700, its user's
     home.mkdir(mode=0o700)
@@ -167,7 +134,7 @@ def start(timeout: float = 60.0, extra_args: list[str] | None = None) -> MariaDB
     if done.returncode != 0:
         shutil.rmtree(root, ignore_errors=True)
         raise RuntimeError(f"mariadb-install-db failed: {done.stdout[-1500:]}\n{done.stderr[-1500:]}")
-    port = _free_port()
+    port = free_port()
     log = home / "error.log"
     argv = (
         server, "--no-defaults", f"--datadir={data}", f"--socket={sock}", f"--port={port}",
@@ -187,7 +154,7 @@ def start(timeout: float = 60.0, extra_args: list[str] | None = None) -> MariaDB
         if sock.exists():
             # root (or the installing user) authenticates by unix_socket on the private socket; the
             # test user's password goes through stdin, never argv
-            client = _binary("mariadb") or "mariadb"
+            client = binary("mariadb") or "mariadb"
             done = subprocess.run([client, "--no-defaults", f"--socket={sock}", "-u",
                                    "root" if os.geteuid() == 0 else user.pw_name],
                                   input=(f"CREATE USER '{TEST_USER}'@'127.0.0.1' IDENTIFIED BY '{password}';\n"

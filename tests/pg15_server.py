@@ -20,7 +20,6 @@ import pwd
 import uuid
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -30,7 +29,10 @@ from typing import Iterator
 
 import psycopg
 import pytest
+
 from psycopg import conninfo, sql
+
+from private_servers import apt_install, free_port, private_file, server_user
 
 BIN = Path("/usr/lib/postgresql/15/bin")
 PACKAGE = "postgresql-15"
@@ -51,51 +53,14 @@ password_encryption = scram-sha-256
 
 
 def ensure_installed() -> Path:
-    if (BIN / "postgres").exists() and (BIN / "initdb").exists():
-        return BIN
-    if os.geteuid() != 0:
-        pytest.skip(INSTALL_HINT)
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    done = subprocess.run(["apt-get", "install", "-y", "-q", PACKAGE], env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
-        done = subprocess.run(["apt-get", "install", "-y", "-q", PACKAGE], env=env, capture_output=True, text=True)
-    if not (BIN / "postgres").exists():
-        pytest.skip(f"{INSTALL_HINT} (apt-get install failed: {done.stderr.strip()[-300:]})")
-    # the package may start the system cluster; we never use it (our own data dir, socket and port)
-    return BIN
-
-
-def server_user(name: str = SERVER_USER_WHEN_ROOT) -> pwd.struct_passwd:
-    """The OS user a test server runs as: ``name`` (created if missing) as root, else ourselves."""
-    if os.geteuid() != 0:
-        return pwd.getpwuid(os.geteuid())
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                       check=True, capture_output=True)
-        return pwd.getpwnam(name)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return apt_install(PACKAGE, INSTALL_HINT,
+                       lambda: BIN if (BIN / "postgres").exists() and (BIN / "initdb").exists() else None)
 
 
 def _as(user: pwd.struct_passwd) -> dict[str, object]:
     if os.geteuid() != 0:
         return {}
     return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
-
-
-def _private_file(path: Path, text: str, user: pwd.struct_passwd) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    if os.geteuid() == 0:
-        os.chown(path, user.pw_uid, user.pw_gid)
 
 
 @dataclass
@@ -116,7 +81,7 @@ class Postgres15:
 
     def pg_ctl(self, *args: str, timeout: float = 60) -> None:
         subprocess.run([str(BIN / "pg_ctl"), "-D", str(self.data), *args], check=True, capture_output=True,
-                       timeout=timeout, cwd="/", **_as(server_user()))  # type: ignore[call-overload]
+                       timeout=timeout, cwd="/", **_as(server_user(SERVER_USER_WHEN_ROOT)))  # type: ignore[call-overload]
 
     def stop(self) -> None:
         try:
@@ -129,7 +94,7 @@ class Postgres15:
 def start(timeout: float = 60.0) -> Postgres15:
     """initdb and start a private server; returns once the superuser can connect."""
     ensure_installed()
-    user = server_user()
+    user = server_user(SERVER_USER_WHEN_ROOT)
     root = Path(tempfile.mkdtemp(prefix="skiplock-pg15-"))  # 0700, ours
     home = root / "server"
     home.mkdir(mode=0o700)
@@ -141,7 +106,7 @@ def start(timeout: float = 60.0) -> Postgres15:
     if os.geteuid() == 0:
         os.chown(sockets, user.pw_uid, user.pw_gid)
     password = secrets.token_urlsafe(24)
-    _private_file(home / "pw", password + "\n", user)
+    private_file(home / "pw", password + "\n", user)
     run = dict(capture_output=True, text=True, timeout=timeout, cwd="/", **_as(user))
     done = subprocess.run([str(BIN / "initdb"), "-D", str(data), "--auth=scram-sha-256", f"--pwfile={home / 'pw'}",
                            "-U", SUPERUSER, "--encoding=UTF8", "--locale=C", "--no-sync"], **run)  # type: ignore[call-overload]
@@ -153,7 +118,7 @@ def start(timeout: float = 60.0) -> Postgres15:
     with (data / "postgresql.conf").open("a") as f:
         f.write(SETTINGS + f"listen_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = '{sockets}'\n")
     passfile = root / "passfile"  # the tests' (root's) copy, 0600
-    _private_file(passfile, f"*:*:*:{SUPERUSER}:{password}\n", pwd.getpwuid(os.geteuid()))
+    private_file(passfile, f"*:*:*:{SUPERUSER}:{password}\n", pwd.getpwuid(os.geteuid()))
     server = Postgres15(root, data, port, passfile)
     done = subprocess.run([str(BIN / "pg_ctl"), "-D", str(data), "-w", "-t", str(int(timeout)), "-l",
                            str(home / "server.log"), "start"], **run)  # type: ignore[call-overload]

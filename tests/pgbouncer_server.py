@@ -22,7 +22,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -32,7 +31,10 @@ from typing import Any, Iterator
 
 import psycopg
 import pytest
+
 from psycopg import conninfo, sql
+
+from private_servers import apt_install, binary, free_port, private_dir, private_file
 
 PACKAGE = "pgbouncer"
 INSTALL_HINT = (f"the PgBouncer tests need the distribution's {PACKAGE}: install it with "
@@ -40,42 +42,7 @@ INSTALL_HINT = (f"the PgBouncer tests need the distribution's {PACKAGE}: install
 
 
 def ensure_installed() -> str:
-    found = shutil.which("pgbouncer") or next((p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer")
-                                               if Path(p).exists()), None)
-    if found:
-        return found
-    if os.geteuid() != 0:
-        pytest.skip(INSTALL_HINT)
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    done = subprocess.run(["apt-get", "install", "-y", "-q", PACKAGE], env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
-        done = subprocess.run(["apt-get", "install", "-y", "-q", PACKAGE], env=env, capture_output=True, text=True)
-    found = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None)
-    if not found:
-        pytest.skip(f"{INSTALL_HINT} (apt-get install failed: {done.stderr.strip()[-300:]})")
-    # the package may start the system service; we never use it (our own config, socket and port)
-    return found
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _private_file(path: Path, text: str, user: pwd.struct_passwd) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    if os.geteuid() == 0:
-        os.chown(path, user.pw_uid, user.pw_gid)
-
-
-def _private_dir(path: Path, user: pwd.struct_passwd) -> None:
-    path.mkdir(mode=0o700)
-    if os.geteuid() == 0:
-        os.chown(path, user.pw_uid, user.pw_gid)
+    return apt_install(PACKAGE, INSTALL_HINT, lambda: binary("pgbouncer"))
 
 
 def _quote(value: str) -> str:
@@ -112,7 +79,7 @@ class PgBouncer:
 def start(server_dsn: str, mode: str, timeout: float = 30.0) -> PgBouncer:
     """A PgBouncer in ``mode`` ("transaction", "session" or "statement") forwarding to the server of ``server_dsn``
     (a DSN with ``host`` a socket directory or an address, ``port``, ``user`` and ``passfile``)."""
-    binary = ensure_installed()
+    pgbouncer = ensure_installed()
     params = conninfo.conninfo_to_dict(server_dsn)
     host, port, user = str(params["host"]), str(params["port"]), str(params["user"])
     password = _password(params)
@@ -124,13 +91,13 @@ def start(server_dsn: str, mode: str, timeout: float = 30.0) -> PgBouncer:
     if os.geteuid() == 0:
         os.chmod(root, 0o711)  # PgBouncer's user may pass through, not list
     home = root / "pgbouncer"
-    _private_dir(home, owner)
+    private_dir(home, owner)
     sockets = home / "sockets"
-    _private_dir(sockets, owner)
-    listen = _free_port()
-    _private_file(home / "users.txt", f"{_quote(user)} {_quote(password)}\n", owner)
+    private_dir(sockets, owner)
+    listen = free_port()
+    private_file(home / "users.txt", f"{_quote(user)} {_quote(password)}\n", owner)
     log = home / "pgbouncer.log"
-    _private_file(home / "pgbouncer.ini", f"""[databases]
+    private_file(home / "pgbouncer.ini", f"""[databases]
 * = host={host} port={port}
 
 [pgbouncer]
@@ -151,7 +118,7 @@ server_check_delay = 0
     kwargs: dict[str, object] = {}
     if os.geteuid() == 0:
         kwargs = {"user": owner.pw_uid, "group": owner.pw_gid, "extra_groups": []}
-    process = subprocess.Popen([binary, str(home / "pgbouncer.ini")], stdin=subprocess.DEVNULL,
+    process = subprocess.Popen([pgbouncer, str(home / "pgbouncer.ini")], stdin=subprocess.DEVNULL,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                                cwd="/", **kwargs)  # type: ignore[call-overload]
     bouncer = PgBouncer(root, process, listen, mode, user, str(params["passfile"]), log)

@@ -1,0 +1,78 @@
+"""What the test set-up's private servers (mariadb_server.py, pg15_server.py, pgbouncer_server.py)
+share: the distribution package installed as root when missing (else a skip saying what to
+install -- which fails the run in CI, see conftest.py), the non-root OS user a server runs as, a
+free loopback port, and files and directories only that user can read."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+from typing import Callable, TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+
+def binary(name: str) -> str | None:
+    """``name`` on PATH or in /usr/sbin, /usr/bin (root's PATH may lack sbin)."""
+    return shutil.which(name) or next((str(p) for p in (Path("/usr/sbin") / name, Path("/usr/bin") / name)
+                                       if p.exists()), None)
+
+
+def apt_install(package: str, hint: str, present: Callable[[], T | None]) -> T:
+    """``present()`` once it is not None: as it is, or after ``apt-get install package`` as root
+    (retried after an ``apt-get update``); otherwise skip with ``hint``. The package may start its
+    system service; the tests never use it (their own data dir, socket and port)."""
+    found = present()
+    if found is not None:
+        return found
+    if os.geteuid() != 0:
+        pytest.skip(hint)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    done = subprocess.run(["apt-get", "install", "-y", "-q", package], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
+        done = subprocess.run(["apt-get", "install", "-y", "-q", package], env=env, capture_output=True, text=True)
+    found = present()
+    if found is None:
+        pytest.skip(f"{hint} (apt-get install failed: {done.stderr.strip()[-300:]})")
+    return found
+
+
+def server_user(name: str) -> pwd.struct_passwd:
+    """The OS user a test server runs as: ``name`` (created if missing) as root, else ourselves."""
+    if os.geteuid() != 0:
+        return pwd.getpwuid(os.geteuid())
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                       check=True, capture_output=True)
+        return pwd.getpwnam(name)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def private_file(path: Path, text: str, user: pwd.struct_passwd) -> None:
+    """``text`` in a new 0600 file owned by ``user`` (as root)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    if os.geteuid() == 0:
+        os.chown(path, user.pw_uid, user.pw_gid)
+
+
+def private_dir(path: Path, user: pwd.struct_passwd) -> None:
+    """A new 0700 directory owned by ``user`` (as root)."""
+    path.mkdir(mode=0o700)
+    if os.geteuid() == 0:
+        os.chown(path, user.pw_uid, user.pw_gid)
