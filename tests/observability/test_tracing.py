@@ -4,6 +4,7 @@ enqueue span, for both lease modes and for enqueue_many; nothing stored when tra
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -212,3 +213,30 @@ def test_outbox_put_and_deliver_spans(app, traced):
     assert sum(d.attributes["messaging.batch.message_count"] for d in delivers) == 2
     assert sum(d.attributes["skiplock.outbox.failed"] for d in delivers) == 1
     assert [d.status.status_code for d in delivers if d.attributes["skiplock.outbox.failed"]] == [StatusCode.ERROR]
+    # each deliver span links to the put span of every message it delivered (stored with the message)
+    linked = {(link.context.trace_id, link.context.span_id) for d in delivers for link in d.links}
+    assert linked == {(p.context.trace_id, p.context.span_id) for p in puts}
+
+
+def test_a_redriven_message_links_to_its_put_and_a_rolled_back_put_stores_nothing(app, dsn, db, traced):
+    tracer, exporter = traced
+
+    class Refuse:
+        def deliver(self, message):
+            raise RuntimeError("receiver down")
+
+    with tracer.start_as_current_span("POST /refund"):
+        ref = app.outbox.put("refunds", {"n": 1}, max_attempts=1)
+    with psycopg.connect(dsn) as conn:
+        with tracer.start_as_current_span("POST /cancelled"):
+            app.outbox.put("refunds", {"n": 2}, conn=conn)
+        conn.rollback()
+    assert db.execute("SELECT message_id FROM skiplock.outbox_traces").fetchall() == [(ref.id,)]
+    app.relay(Refuse(), listen=False).run(stop_when_empty=True)
+    assert app.outbox.redrive([ref.id]) == [ref.id]
+    app.relay(Refuse(), listen=False).run(stop_when_empty=True)
+    spans = by_name(exporter)
+    put, = spans["skiplock outbox put refunds"][:1]
+    delivers = spans["skiplock outbox deliver refunds"]
+    assert len(delivers) == 2  # the first delivery and the redriven one, both linked to the put
+    assert all([link.context.span_id for link in d.links] == [put.context.span_id] for d in delivers)

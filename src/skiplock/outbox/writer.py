@@ -139,8 +139,9 @@ class Outbox:
         tracing = self.app.tracing
         if tracing is None:
             return [MessageRef(mid, ikey) for mid, ikey in self.store.put(new, conn, wake=self.notify)]
-        with tracing.outbox_put(new[0].topic, len(new)):  # observability/tracing.py
-            return [MessageRef(mid, ikey) for mid, ikey in self.store.put(new, conn, wake=self.notify)]
+        with tracing.outbox_put(new[0].topic, len(new)) as carrier:  # observability/tracing.py
+            return [MessageRef(mid, ikey) for mid, ikey in self.store.put(new, conn, wake=self.notify,
+                                                                          carrier=carrier)]
 
     async def _put_async(self, new: list[NewMessage], conn: Any) -> list[MessageRef]:
         if not is_async_connection(conn):
