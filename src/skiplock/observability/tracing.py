@@ -160,7 +160,7 @@ class Tracing:
         """A relay's delivery of one claimed batch; yields ``done(results)`` (None: delivered). The
         span links to the put span of each message (``carriers``: their stored contexts; a batch
         holds messages of many puts, so they are links, not one parent)."""
-        links = []
+        links: list[Any] = []
         for carrier in carriers:
             context = trace.get_current_span(propagate.extract(carrier)).get_span_context()
             if context.is_valid and all(link.context != context for link in links):
