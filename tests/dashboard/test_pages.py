@@ -158,3 +158,24 @@ def test_outbox_page_shows_pending_and_failed_and_redrives(app, operator):
     with client(create_app(app, token=VIEWER), VIEWER) as c:
         page = c.get("/outbox").text
     assert "receiver down for n=1" in page and "Redrive" not in page
+
+
+def test_job_page_shows_each_attempt_with_its_worker_traceback_and_a_timeline(app, viewer):
+    @app.task(name="twice", max_attempts=2, retry=0)
+    def twice(job):
+        raise LookupError(f"no row for attempt {job.attempt}")
+
+    job_id = app.enqueue("twice")
+    app.worker(concurrency=1, handle_signals=False, name="audit-worker").run(stop_when_empty=True)
+    app.worker(concurrency=1, handle_signals=False, name="audit-worker").run(stop_when_empty=True)
+    assert app.get_job(job_id).state == "failed"
+    page = viewer.get(f"/jobs/{job_id}").text
+    attempts = [" ".join(text_of(li).split()) for li in re.findall(r"<li><strong>attempt.*?</li>", page, flags=re.S)]
+    assert len(attempts) == 2, attempts
+    for n, attempt in enumerate(attempts, 1):
+        assert f"attempt {n}" in attempt and " on audit-worker/" in attempt, attempt  # which worker (and slot)
+        assert "Traceback (most recent call last)" in attempt and f"LookupError: no row for attempt {n}" in attempt
+        assert re.search(r"ran \d+ ms", attempt), attempt  # how long it ran
+    timeline = text_of(page.split("Timeline", 1)[1])
+    for event in ("enqueued", "due", "attempt 1 failed", "attempt 2 failed", "finished: failed"):
+        assert event in timeline, (event, timeline)
