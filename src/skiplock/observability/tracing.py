@@ -15,7 +15,8 @@ Spans (tracer ``skiplock``):
   ERROR for a failed attempt. Every attempt reads the stored context, so a retry's execute span is a
   child of the enqueue span too; the context is deleted once an attempt ends done, failed or cancelled.
 
-- ``skiplock outbox put <topic>`` (PRODUCER) around ``outbox.put``/``put_many``; its context is stored
+- ``skiplock outbox put <topic>`` (PRODUCER) around ``outbox.put``/``put_many`` (and ``put_async`` on
+  an ``AsyncConnection``); its context is stored
   with the messages (``outbox_traces``, migration 14, in the put's transaction), and
   ``skiplock outbox deliver <topic>`` (CLIENT) around a relay's delivery of one batch **links** to
   the put span of each message it delivers.

@@ -83,13 +83,13 @@ class PostgresOutboxStore:
         return {message_id: json.loads(text) for message_id, text in rows}
 
     async def put_async(self, messages: Sequence[NewMessage], conn: psycopg.AsyncConnection[Any], *,
-                        wake: bool = True) -> list[tuple[int, str]]:
+                        wake: bool = True, carrier: dict[str, str] | None = None) -> list[tuple[int, str]]:
         """:meth:`put` on the caller's ``AsyncConnection``: the very same statements, awaited."""
         cur = conn.cursor(row_factory=tuple_row)
         if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
             async with conn.transaction():
-                return await _run_async(cur, self._put_steps(messages, wake))
-        return await _run_async(cur, self._put_steps(messages, wake))
+                return await _run_async(cur, self._put_steps(messages, wake, carrier))
+        return await _run_async(cur, self._put_steps(messages, wake, carrier))
 
     def _put_steps(self, messages: Sequence[NewMessage], wake: bool, carrier: dict[str, str] | None = None) -> Steps:
         """The statements of a put, as steps the sync and the async driver both run: one core, no
