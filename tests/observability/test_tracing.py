@@ -4,6 +4,7 @@ enqueue span, for both lease modes and for enqueue_many; nothing stored when tra
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -212,3 +213,66 @@ def test_outbox_put_and_deliver_spans(app, traced):
     assert sum(d.attributes["messaging.batch.message_count"] for d in delivers) == 2
     assert sum(d.attributes["skiplock.outbox.failed"] for d in delivers) == 1
     assert [d.status.status_code for d in delivers if d.attributes["skiplock.outbox.failed"]] == [StatusCode.ERROR]
+    # each deliver span links to the put span of every message it delivered (stored with the message)
+    linked = {(link.context.trace_id, link.context.span_id) for d in delivers for link in d.links}
+    assert linked == {(p.context.trace_id, p.context.span_id) for p in puts}
+
+
+def test_a_redriven_message_links_to_its_put_and_a_rolled_back_put_stores_nothing(app, dsn, db, traced):
+    tracer, exporter = traced
+
+    class Refuse:
+        def deliver(self, message):
+            raise RuntimeError("receiver down")
+
+    with tracer.start_as_current_span("POST /refund"):
+        ref = app.outbox.put("refunds", {"n": 1}, max_attempts=1)
+    with psycopg.connect(dsn) as conn:
+        with tracer.start_as_current_span("POST /cancelled"):
+            app.outbox.put("refunds", {"n": 2}, conn=conn)
+        conn.rollback()
+    assert db.execute("SELECT message_id FROM skiplock.outbox_traces").fetchall() == [(ref.id,)]
+    app.relay(Refuse(), listen=False).run(stop_when_empty=True)
+    assert app.outbox.redrive([ref.id]) == [ref.id]
+    app.relay(Refuse(), listen=False).run(stop_when_empty=True)
+    spans = by_name(exporter)
+    put, = spans["skiplock outbox put refunds"][:1]
+    delivers = spans["skiplock outbox deliver refunds"]
+    assert len(delivers) == 2  # the first delivery and the redriven one, both linked to the put
+    assert all([link.context.span_id for link in d.links] == [put.context.span_id] for d in delivers)
+
+
+def test_outbox_put_async_on_an_async_connection_makes_its_span_and_links_the_delivery(app, db, traced):
+    """``outbox.put_async`` on the caller's AsyncConnection: the put span, a child of the caller's;
+    the context stored in the caller's transaction (none if it rolls back); the deliver span links."""
+    import asyncio
+
+    tracer, exporter = traced
+
+    async def produce() -> int:
+        async with await psycopg.AsyncConnection.connect(app.dsn) as aconn:
+            with tracer.start_as_current_span("POST /async-order"):
+                async with aconn.transaction():
+                    ref = await app.outbox.put_async("async-orders", {"n": 1}, conn=aconn)
+                try:
+                    async with aconn.transaction():
+                        await app.outbox.put_async("async-orders", {"n": 2}, conn=aconn)
+                        raise RuntimeError("roll back")
+                except RuntimeError:
+                    pass
+        return ref.id
+
+    kept = asyncio.run(produce())
+    assert db.execute("SELECT message_id FROM skiplock.outbox_traces").fetchall() == [(kept,)]
+
+    class Collect:
+        def deliver(self, message):
+            pass
+
+    app.relay(Collect(), listen=False).run(stop_when_empty=True)
+    spans = by_name(exporter)
+    request, = spans["POST /async-order"]
+    puts = spans["skiplock outbox put async-orders"]
+    assert len(puts) == 2 and {p.parent.span_id for p in puts} == {request.context.span_id}
+    deliver, = spans["skiplock outbox deliver async-orders"]
+    assert [link.context.span_id for link in deliver.links] == [puts[0].context.span_id]

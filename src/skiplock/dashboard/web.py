@@ -202,8 +202,14 @@ class Dashboard(Actions):
                            stale_after=stale_after)
 
     def queues(self, request: Request) -> Response:
-        return self.render(request, "queues.html", live="queues_live.html", title="Queues",
-                           queues=self.app.read_model.queue_summary(cap=COUNT_CAP))
+        """Each queue with jobs (counts bounded as on the overview) and its flow-control limits; a
+        queue with limits but no job is listed too (its limits are still in force). A backend without
+        flow control has no limits (``App.queue_limits`` is empty there)."""
+        summary = self.app.read_model.queue_summary(cap=COUNT_CAP)
+        limits = {q["queue"]: q for q in self.app.queue_limits()}
+        listed = {q.queue for q in summary}
+        return self.render(request, "queues.html", live="queues_live.html", title="Queues", queues=summary,
+                           limits=limits, limited_only=[q for name, q in sorted(limits.items()) if name not in listed])
 
     def cron(self, request: Request) -> Response:
         now = datetime.now(timezone.utc)

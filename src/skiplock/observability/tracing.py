@@ -15,6 +15,12 @@ Spans (tracer ``skiplock``):
   ERROR for a failed attempt. Every attempt reads the stored context, so a retry's execute span is a
   child of the enqueue span too; the context is deleted once an attempt ends done, failed or cancelled.
 
+- ``skiplock outbox put <topic>`` (PRODUCER) around ``outbox.put``/``put_many`` (and ``put_async`` on
+  an ``AsyncConnection``); its context is stored
+  with the messages (``outbox_traces``, migration 14, in the put's transaction), and
+  ``skiplock outbox deliver <topic>`` (CLIENT) around a relay's delivery of one batch **links** to
+  the put span of each message it delivers.
+
 Attributes: ``messaging.system`` = ``skiplock``, ``messaging.destination.name`` (the queue),
 ``skiplock.task``, ``skiplock.job_id``, ``skiplock.attempt``, ``skiplock.outcome`` -- no arguments.
 
@@ -138,19 +144,30 @@ class Tracing:
     # ---- outbox ----------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def outbox_put(self, topic: str, count: int) -> Iterator[Any]:
-        """The outbox put span (PRODUCER), a child of the caller's current span."""
+    def outbox_put(self, topic: str, count: int) -> Iterator[dict[str, str] | None]:
+        """The outbox put span (PRODUCER), a child of the caller's current span; yields its trace
+        context as a carrier (None if the propagator made none), stored with the messages
+        (``outbox_traces``, migration 14) so their deliver span links back to this one."""
         with self.tracer.start_as_current_span(
                 f"skiplock outbox put {topic}", kind=SpanKind.PRODUCER,
                 attributes={"messaging.system": SYSTEM, "messaging.destination.name": topic,
-                            "messaging.batch.message_count": count}) as span:
-            yield span
+                            "messaging.batch.message_count": count}):
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier)
+            yield carrier or None
 
     @contextlib.contextmanager
-    def outbox_deliver(self, topic: str, count: int) -> Iterator[Any]:
-        """A relay's delivery of one claimed batch; yields ``done(results)`` (None: delivered)."""
+    def outbox_deliver(self, topic: str, count: int, carriers: Sequence[dict[str, str]] = ()) -> Iterator[Any]:
+        """A relay's delivery of one claimed batch; yields ``done(results)`` (None: delivered). The
+        span links to the put span of each message (``carriers``: their stored contexts; a batch
+        holds messages of many puts, so they are links, not one parent)."""
+        links: list[Any] = []
+        for carrier in carriers:
+            context = trace.get_current_span(propagate.extract(carrier)).get_span_context()
+            if context.is_valid and all(link.context != context for link in links):
+                links.append(trace.Link(context))
         with self.tracer.start_as_current_span(
-                f"skiplock outbox deliver {topic}", kind=SpanKind.CLIENT,
+                f"skiplock outbox deliver {topic}", kind=SpanKind.CLIENT, links=links,
                 attributes={"messaging.system": SYSTEM, "messaging.destination.name": topic,
                             "messaging.batch.message_count": count}) as span:
             def done(results: Sequence[BaseException | None]) -> None:

@@ -335,7 +335,12 @@ class Relay(Loop):
         tracing = self.app.tracing
         if tracing is None:
             return deliver()
-        with tracing.outbox_deliver(messages[0].topic, len(messages)) as done:
+        try:
+            carriers = list(self.store.trace_contexts([m.id for m in messages]).values())
+        except Exception as exc:  # noqa: BLE001 - tracing never stops a delivery: the span goes unlinked
+            log.debug("trace contexts of the outbox messages not read: %s", exc)
+            carriers = []
+        with tracing.outbox_deliver(messages[0].topic, len(messages), carriers) as done:
             results = deliver()
             done(results)
         return results

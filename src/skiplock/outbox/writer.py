@@ -139,8 +139,9 @@ class Outbox:
         tracing = self.app.tracing
         if tracing is None:
             return [MessageRef(mid, ikey) for mid, ikey in self.store.put(new, conn, wake=self.notify)]
-        with tracing.outbox_put(new[0].topic, len(new)):  # observability/tracing.py
-            return [MessageRef(mid, ikey) for mid, ikey in self.store.put(new, conn, wake=self.notify)]
+        with tracing.outbox_put(new[0].topic, len(new)) as carrier:  # observability/tracing.py
+            return [MessageRef(mid, ikey) for mid, ikey in self.store.put(new, conn, wake=self.notify,
+                                                                          carrier=carrier)]
 
     async def _put_async(self, new: list[NewMessage], conn: Any) -> list[MessageRef]:
         if not is_async_connection(conn):
@@ -148,7 +149,12 @@ class Outbox:
         if not new:
             return []
         store = await asyncio.to_thread(lambda: self.store)  # the first use checks the schema
-        return [MessageRef(mid, ikey) for mid, ikey in await store.put_async(new, conn, wake=self.notify)]
+        tracing = self.app.tracing
+        if tracing is None:
+            return [MessageRef(mid, ikey) for mid, ikey in await store.put_async(new, conn, wake=self.notify)]
+        with tracing.outbox_put(new[0].topic, len(new)) as carrier:  # current in this coroutine's context
+            return [MessageRef(mid, ikey) for mid, ikey in await store.put_async(new, conn, wake=self.notify,
+                                                                                 carrier=carrier)]
 
     def _new_many(self, messages: Iterable[Mapping[str, Any] | Sequence[Any]]) -> list[NewMessage]:
         new: list[NewMessage] = []

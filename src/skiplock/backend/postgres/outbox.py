@@ -8,6 +8,7 @@ rows forever.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any, Generator, Sequence
 
 import psycopg
@@ -58,30 +59,39 @@ class PostgresOutboxStore:
 
     # ---- producing -----------------------------------------------------------------------------
 
-    def put(self, messages: Sequence[NewMessage], conn: Any = None, *, wake: bool = True) -> list[tuple[int, str]]:
+    def put(self, messages: Sequence[NewMessage], conn: Any = None, *, wake: bool = True,
+            carrier: dict[str, str] | None = None) -> list[tuple[int, str]]:
         """Insert messages; (id, idempotency key) per input, in input order. On ``conn`` the insert
         runs in the caller's transaction (an autocommit connection outside a transaction block gets
         one of its own, so the key locks and the insert stay together). With ``wake``, the insert
-        also queues one NOTIFY for relays, delivered when that transaction commits."""
+        also queues one NOTIFY for relays, delivered when that transaction commits. ``carrier``
+        (tracing on): the put span's trace context, stored with the inserted messages in the same
+        transaction."""
         if conn is None:
             with self.backend._conn() as c, c.transaction():
-                return _run(c.cursor(row_factory=tuple_row), self._put_steps(messages, wake))
+                return _run(c.cursor(row_factory=tuple_row), self._put_steps(messages, wake, carrier))
         cur = conn.cursor(row_factory=tuple_row)  # whatever row factory the caller's connection uses
         if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
             with conn.transaction():
-                return _run(cur, self._put_steps(messages, wake))
-        return _run(cur, self._put_steps(messages, wake))
+                return _run(cur, self._put_steps(messages, wake, carrier))
+        return _run(cur, self._put_steps(messages, wake, carrier))
+
+    def trace_contexts(self, ids: Sequence[int]) -> dict[int, dict[str, str]]:
+        """The trace contexts the messages ``ids`` were put under (those put while tracing was on)."""
+        with translated(self.backend.dsn), self.backend._conn() as c:
+            rows = c.execute(self.q["outbox_trace_contexts"], {"ids": list(ids)}).fetchall()
+        return {message_id: json.loads(text) for message_id, text in rows}
 
     async def put_async(self, messages: Sequence[NewMessage], conn: psycopg.AsyncConnection[Any], *,
-                        wake: bool = True) -> list[tuple[int, str]]:
+                        wake: bool = True, carrier: dict[str, str] | None = None) -> list[tuple[int, str]]:
         """:meth:`put` on the caller's ``AsyncConnection``: the very same statements, awaited."""
         cur = conn.cursor(row_factory=tuple_row)
         if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
             async with conn.transaction():
-                return await _run_async(cur, self._put_steps(messages, wake))
-        return await _run_async(cur, self._put_steps(messages, wake))
+                return await _run_async(cur, self._put_steps(messages, wake, carrier))
+        return await _run_async(cur, self._put_steps(messages, wake, carrier))
 
-    def _put_steps(self, messages: Sequence[NewMessage], wake: bool) -> Steps:
+    def _put_steps(self, messages: Sequence[NewMessage], wake: bool, carrier: dict[str, str] | None = None) -> Steps:
         """The statements of a put, as steps the sync and the async driver both run: one core, no
         twin implementations. Each ``yield`` sends a statement and receives its rows."""
         keys = sorted({m.key for m in messages if m.key is not None})
@@ -95,6 +105,8 @@ class PostgresOutboxStore:
             "wake": self.wake_payload if wake else None,
         }
         ids = {ikey: mid for mid, ikey in rows}
+        if carrier and ids:  # tracing on: the inserted messages keep the put span's context
+            yield self.q["store_outbox_traces"], {"ids": list(ids.values()), "carrier": json.dumps(carrier)}
         missing = [m.idempotency_key for m in messages if m.idempotency_key not in ids]
         if missing:  # already stored under that idempotency key: return the stored message
             rows = yield self.q["ids_by_idempotency_key"], {"idempotency_keys": missing}

@@ -31,6 +31,22 @@ RETURNING id, idempotency_key),
 wake AS (SELECT count(pg_notify('skiplock', w)) FROM (VALUES (%(wake)s::text)) AS v(w) WHERE w IS NOT NULL)
 SELECT id, idempotency_key FROM ins, wake;
 
+-- name: store_outbox_traces
+-- Tracing on only: the carrier of the put's span for the messages this put inserted (not for one it
+-- found already stored under its idempotency key: that one keeps the trace it was put under). Sent in
+-- the put's transaction, after put_many; table outbox_traces (migration 14). RETURNING: the put's
+-- steps read every statement's rows.
+INSERT INTO {schema}.outbox_traces (message_id, carrier)
+SELECT id, %(carrier)s::jsonb FROM unnest(%(ids)s::bigint[]) AS id
+ON CONFLICT (message_id) DO NOTHING
+RETURNING message_id;
+
+-- name: outbox_trace_contexts
+-- Tracing on only: the carriers of the messages a relay is about to deliver, for the links of its
+-- deliver span. A plain read on the primary key: no lock, nobody waits on it. A message redriven or
+-- retried reads its carrier again (it is deleted only with its message).
+SELECT message_id, carrier::text FROM {schema}.outbox_traces WHERE message_id = ANY(%(ids)s::bigint[]);
+
 -- name: ids_by_idempotency_key
 SELECT id, idempotency_key FROM {schema}.outbox WHERE idempotency_key = ANY(%(idempotency_keys)s::text[]);
 
