@@ -15,8 +15,9 @@ What it guarantees, as PostgresBackend does (docs/guarantees.md, docs/mysql.md):
 - only skiplock errors leave it; no message or repr carries the password; identifiers are the
   validated, quoted table names of :func:`names`; every value is a bound parameter.
 
-Not yet (issue 12; see docs/mysql.md): the verbs of NOT_IMPLEMENTED below, keyed batches, the
-outbox and ``AsyncApp``. Those raise :class:`NotImplementedError` naming the issue.
+Not yet (issue 12; see docs/mysql.md): the verbs of NOT_IMPLEMENTED below and ``AsyncApp`` on the
+caller's asyncio connection (the outbox's ``put_async`` there too). Those raise
+:class:`NotImplementedError` naming the issue.
 """
 
 from __future__ import annotations
@@ -121,7 +122,10 @@ class MySQLBackend(Leasing, Producing, Operating):
         return MySQLTesting(self)
 
     def outbox_store(self) -> Any:
-        raise NotImplementedError(f"the outbox is {NOT_YET}")
+        """The transactional outbox's operations on this database (outbox.py, outbox.sql)."""
+        from .outbox import MySQLOutboxStore
+
+        return MySQLOutboxStore(self)
 
 
 def _not_yet(name: str) -> Any:
