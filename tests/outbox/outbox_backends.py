@@ -38,6 +38,10 @@ class Box:
         """SQL for "now less ``seconds``" in the database's clock."""
         raise NotImplementedError
 
+    def session_id(self, conn: Any) -> int:
+        """The server's id of a driver connection's session (what the backend's ``terminate`` takes)."""
+        raise NotImplementedError
+
     def lock_waits(self) -> int:
         """Sessions of this database waiting on a row lock (or advisory lock) now."""
         raise NotImplementedError
@@ -103,6 +107,9 @@ class PostgresBox(Box):
     def ago(self, seconds: float) -> str:
         return f"now() - interval '{float(seconds)} seconds'"
 
+    def session_id(self, conn: Any) -> int:
+        return int(conn.info.backend_pid)
+
     def lock_waits(self) -> int:
         return int(self.query("SELECT count(*) FROM pg_locks WHERE NOT granted")[0][0])
 
@@ -145,6 +152,9 @@ class MariaDBBox(Box):
 
     def ago(self, seconds: float) -> str:
         return f"UTC_TIMESTAMP(6) - INTERVAL {int(seconds * 1e6)} MICROSECOND"
+
+    def session_id(self, conn: Any) -> int:
+        return int(conn.thread_id())
 
     def lock_waits(self) -> int:
         return int(self.query("SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")[0][0])

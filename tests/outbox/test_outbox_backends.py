@@ -317,3 +317,109 @@ def test_a_put_wakes_an_idle_relay_before_its_next_poll(box: Box, receiver, sink
     finally:
         relay.stop()
     assert relay.listener is not None and relay.listener.notifications >= 1
+
+
+def test_a_claim_never_waits_on_a_held_message_and_skips_its_keys_later_ones(box: Box):
+    """Relay A's transaction lease holds key k's first message; B's claim returns at once (never waiting
+    on A's row lock, nor reading it with a locking read), without k's later message, with the rest."""
+    head = box.app.outbox.put("t", 1, key="k")
+    behind = box.app.outbox.put("t", 2, key="k")
+    free = box.app.outbox.put_many([("t", 3), ("t", 4, "other")])
+    store = box.app.outbox.store
+    a, b = store.open_lease("test-a"), store.open_lease("test-b")
+    try:
+        assert [m.id for m in a.claim(None, 1)] == [head.id]
+        got = [m.id for m in b.claim(None, 10)]
+        assert got == [r.id for r in free] and behind.id not in got
+        assert box.lock_waits() == 0
+        a.finish([Finish(head.id, "sent")])
+        a.commit()
+        b.rollback()
+        assert [m.id for m in b.claim(None, 10)] == [behind.id, *(r.id for r in free)]
+        b.rollback()
+    finally:
+        a.close()
+        b.close()
+
+
+# ---- a relay process killed mid-delivery ---------------------------------------------------------------
+
+def test_relay_process_sigkilled_mid_delivery_loses_nothing(box: Box, receiver, spawn):
+    """A real relay process (the CLI) is SIGKILLed after the receiver applied a message but before the
+    relay marked it sent. A second relay rescues the dead one's batch once its lease expires: every
+    message is sent, the victim's redelivered (attempt 2), and every effect applied once (dedup)."""
+    import signal
+    from collections import Counter
+
+    refs = box.app.outbox.put_many([("t", {"i": i}) for i in range(30)])
+    victim_message = refs[0].id
+    release = threading.Event()
+    receiver.script = lambda r: Action(hold=release) if r.message_id == victim_message and r.attempt == 1 else Action()
+    args = ("--webhook", receiver.url, "--timeout", "60", "--lease-seconds", "1", "--batch-size", "10",
+            "--concurrency", "4", "--poll-interval", "0.05")
+    victim = spawn.relay(box.dsn, *args)
+    try:
+        assert receiver.held.wait(30), f"the relay never delivered\n{victim.output()}"
+        in_hand = box.row(victim_message)
+        assert in_hand["state"] == "delivering" and f":{victim.pid}:" in in_hand["owner"]
+        victim.signal(signal.SIGKILL)
+        assert victim.wait() == -signal.SIGKILL
+    finally:
+        release.set()
+    batch = [int(r[0]) for r in box.query("SELECT id FROM {outbox} WHERE owner LIKE %s", (f"%:{victim.pid}:%",))]
+    assert victim_message in batch
+
+    survivor = spawn.relay(box.dsn, *args)
+    wait_for(lambda: box.all_sent(30), 30, "every message sent after the crash",
+             on_timeout=lambda: f"{box.states()}\n{survivor.output()}")
+    survivor.signal(signal.SIGTERM)
+    assert survivor.wait() == 0, survivor.output()
+    assert "returned 10 message(s) with an expired lease to the queue" in survivor.output()
+    deliveries = Counter(d.message_id for d in receiver.deliveries())
+    assert deliveries[victim_message] == 2, "the message delivered before the crash was not redelivered"
+    assert set(batch) <= {d.message_id for d in receiver.deliveries() if d.attempt == 2}
+    assert set(deliveries) == {r.id for r in refs} and max(deliveries.values()) == 2
+    effects = Counter(message_id for _, message_id, _ in receiver.effects())
+    assert sum(effects.values()) == 30 and set(effects.values()) == {1}, "an effect applied twice or never"
+    assert box.row(victim_message)["attempts"] == 2
+
+
+def test_transaction_lease_session_killed_mid_batch_loses_nothing(box: Box):
+    """A transaction-lease relay's session is ended from outside (an operator's kill, a crashed
+    connection) while its transactional sink holds the batch, its jobs already written: the server
+    rolls all of it back -- no job, no outcome -- and the relay's next pass makes each message exactly
+    one job. A rolled-back attempt is not counted (attempts 1)."""
+    from skiplock.backend.outbox_base import Message
+
+    holding, release = threading.Event(), threading.Event()
+    sessions: list[int] = []
+    inner = EnqueueJobSink(box.app)
+
+    class HoldFirstBatch:
+        transactional = True
+
+        def deliver(self, message: Message, conn) -> None:
+            self.deliver_batch([message], conn)
+
+        def deliver_batch(self, messages: list[Message], conn) -> None:
+            inner.deliver_batch(messages, conn)
+            sessions.append(box.session_id(conn))
+            if len(sessions) == 1:
+                holding.set()
+                release.wait(30)
+
+    box.app.outbox.put_many([("job_task", {"i": i}) for i in range(5)])
+    relay = box.app.relay(HoldFirstBatch(), batch_size=10, poll_interval=0.05, max_reconnect_delay=0.2, listen=False)
+    relay.start()
+    try:
+        assert holding.wait(30), "the relay never delivered"
+        assert box.states() == {"pending": 5}
+        box.app.backend.terminate([sessions[0]])
+        release.set()
+        wait_for(lambda: box.all_sent(5), 30, "every message sent after the kill", on_timeout=lambda: str(box.states()))
+    finally:
+        release.set()
+        relay.stop()
+    assert len(sessions) >= 2 and sessions[-1] != sessions[0]
+    assert sorted(args["i"] for _, args in box.jobs()) == list(range(5)), "a job of the killed batch survived"
+    assert {m.attempts for m in box.app.outbox.list_messages()} == {1}

@@ -251,8 +251,13 @@ class MySQLOutboxStore:
         """Delete up to ``batch`` sent messages older than ``age_seconds``, and key rows unused as long
         (all of them once fewer than ``batch`` messages were left)."""
         age_us = int(age_seconds * 1e6)
-        with self.backend._conn() as c, c.cursor() as cur:
-            deleted = int(cur.execute(self.q["prune_sent"], {"age_us": age_us, "batch": batch}))
+
+        def prune(c: Any) -> int:
+            with c.cursor() as cur:
+                cur.execute(self.q["prune_sent"], {"age_us": age_us, "batch": batch})
+                ids = [int(r[0]) for r in cur.fetchall()]
+                return int(cur.execute(self.q["forget_sent"], {"ids": ids})) if ids else 0
+        deleted = self._retrying(prune)
         while True:
             forgotten = self._retrying(lambda c: self._forget_keys(c, age_us, batch))
             if forgotten < batch or deleted == batch:  # more batches of messages follow: a call each

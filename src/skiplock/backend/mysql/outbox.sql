@@ -43,10 +43,10 @@ SELECT id, idempotency_key FROM {outbox} WHERE idempotency_key IN %(keys)s;
 -- Claimed lease, rescuer, step 1: a relay that crashed or stalled past its lease never reported an
 -- outcome. Its rows, locked without waiting (rows another relay is rescuing or finishing right now
 -- are skipped: taken next pass). Runs at the start of every claim transaction: one index probe of
--- outbox_lease (state, lease_expires_at) when nothing expired.
+-- outbox_lease (state, lease_expires_at) when nothing expired. No ORDER BY: every expired row is
+-- rescued (up to 1000 a pass), and MariaDB would sort -- lock every candidate first -- for one.
 SELECT id FROM {outbox} FORCE INDEX (outbox_lease)
  WHERE state = 'delivering' AND lease_expires_at < UTC_TIMESTAMP(6)
- ORDER BY lease_expires_at
  LIMIT 1000
    FOR UPDATE SKIP LOCKED;
 
@@ -182,12 +182,14 @@ SELECT id, state FROM {outbox} WHERE id IN %(ids)s;
 
 -- name: failed_to_redrive
 -- Redrive, step 1 (one transaction): the dead letters asked for (%(all_ids)s = 1: every one, of
--- %(topic)s if given), locked. Guarded on 'failed': a message pending, in flight or sent is left alone.
-SELECT id FROM {outbox}
+-- %(topic)s if given), locked, read from outbox_finished (state, finished_at): the optimiser left to
+-- itself picks another index led by state and sorts (EXPLAIN: "Using filesort"). No ORDER BY: two
+-- redrives locking in different orders may deadlock (1213): the store retries. Guarded on 'failed':
+-- a message pending, in flight or sent is left alone.
+SELECT id FROM {outbox} FORCE INDEX (outbox_finished)
  WHERE state = 'failed'
    AND (%(all_ids)s = 1 OR id IN %(ids)s)
    AND (%(topic)s IS NULL OR topic = %(topic)s)
- ORDER BY id
    FOR UPDATE;
 
 -- name: redrive
@@ -197,13 +199,20 @@ UPDATE {outbox}
  WHERE id IN %(ids)s AND state = 'failed';
 
 -- name: prune_sent
--- Retention: sent messages finished longer ago than `age`, in bounded batches (outbox_finished is
--- (state, finished_at)). No relay locks a sent row. Their idempotency keys go with them, so a
+-- Retention: sent messages finished longer ago than `age`, in bounded batches, read in order from
+-- outbox_finished (state, finished_at) -- forced: on a table with few sent rows the optimiser picks
+-- another index led by state and sorts -- and locked without waiting (no relay holds a sent row; a
+-- finishing write committing right now is taken next time). Deleted by `forget_sent` in the same
+-- transaction (a single-table DELETE takes no index hint). Their idempotency keys go with them, so a
 -- producer re-putting one of those keys later stores it anew.
-DELETE FROM {outbox}
+SELECT id FROM {outbox} FORCE INDEX (outbox_finished)
  WHERE state = 'sent' AND finished_at < UTC_TIMESTAMP(6) - INTERVAL %(age_us)s MICROSECOND
  ORDER BY finished_at
- LIMIT %(batch)s;
+ LIMIT %(batch)s
+   FOR UPDATE SKIP LOCKED;
+
+-- name: forget_sent
+DELETE FROM {outbox} WHERE id IN %(ids)s AND state = 'sent';
 
 -- name: stale_keys
 -- Key rows not used for longer than the retention, locked without waiting: a producer holding one
