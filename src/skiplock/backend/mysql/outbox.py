@@ -113,9 +113,9 @@ class MySQLOutboxStore:
         """The statements of a put (outbox.sql: lock_keys, put_many, ids_by_idempotency_key)."""
         with conn.cursor(pymysql.cursors.Cursor) as cur:  # tuples, whatever the caller's cursor class
             hashes = sorted({key_hash(m.key) for m in messages if m.key is not None})
-            for part in _chunks(hashes, IN_CHUNK):
-                cur.execute(self.q["lock_keys"].replace("{rows}", ", ".join([self.q["lock_key_row"]] * len(part))),
-                            list(part))
+            for locked in _chunks(hashes, IN_CHUNK):
+                cur.execute(self.q["lock_keys"].replace("{rows}", ", ".join([self.q["lock_key_row"]] * len(locked))),
+                            list(locked))
             for chunk in _put_chunks(messages):
                 params: list[Any] = []
                 for m in chunk:
