@@ -10,6 +10,7 @@ Entries: ``postgres`` (the embedded PostgreSQL, tests/conftest.py) and ``mariadb
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Callable
 
 import pytest
@@ -157,6 +158,9 @@ class MariaDBBox(Box):
         return int(conn.thread_id())
 
     def lock_waits(self) -> int:
+        # INNODB_TRX is a cache InnoDB refreshes only once it has not been read for 0.1 s: a caller
+        # polling faster would read the same stale rows forever, so each read waits that long first.
+        time.sleep(0.15)
         return int(self.query("SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")[0][0])
 
     def seconds_until_available(self, message_id: int) -> float:
