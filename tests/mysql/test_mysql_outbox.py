@@ -109,3 +109,22 @@ def test_a_half_applied_outbox_migration_is_reported_then_finished(mariadb_dsn: 
         assert len(store.put([NewMessage("t", "{}", "k", "ik-1", 3)])) == 1  # the key table is back
     finally:
         b.close()
+
+
+def test_a_handler_puts_a_message_on_job_conn_that_commits_with_its_job(app: skiplock.App) -> None:
+    """``app.outbox.put(..., conn=job.conn)`` in a handler: the message commits with the job's done, and
+    a failing attempt (rolled back) leaves no message; a wrong connection type is a TypeError."""
+
+    @app.task(name="ship", max_attempts=2, retry=0.0)
+    def ship(job: Any, order: int) -> None:
+        app.outbox.put("order.shipped", {"order": order, "attempt": job.attempt}, key=f"order-{order}", conn=job.conn)
+        if order == 2 and job.attempt == 1:
+            raise RuntimeError("first attempt fails after its put")
+
+    ids = [app.enqueue("ship", {"order": n}) for n in (1, 2)]
+    app.worker(concurrency=2, poll_interval=0.05).run(stop_when_empty=True)
+    assert {app.get_job(i).state for i in ids} == {"done"}
+    messages = sorted((m.payload["order"], m.payload["attempt"]) for m in app.outbox.list_messages())
+    assert messages == [(1, 1), (2, 2)], "the failed attempt's message survived its rollback"
+    with pytest.raises(TypeError, match="PyMySQL connection"):
+        app.outbox.put("t", {}, conn=object())
