@@ -128,3 +128,49 @@ def test_a_handler_puts_a_message_on_job_conn_that_commits_with_its_job(app: ski
     assert messages == [(1, 1), (2, 2)], "the failed attempt's message survived its rollback"
     with pytest.raises(TypeError, match="PyMySQL connection"):
         app.outbox.put("t", {}, conn=object())
+
+
+@pytest.mark.parametrize("driver", ["asyncmy", "aiomysql"])
+def test_put_async_on_an_asyncio_connection_commits_or_rolls_back_with_the_caller(mariadb_dsn: str,
+                                                                                  driver: str) -> None:
+    """``await outbox.put_async(..., conn=c)`` on an asyncmy or aiomysql connection runs the put's statement
+    steps in the caller's transaction: rolled back, no message; committed, every one; an autocommit
+    connection outside a transaction gets one of its own (keyed: lock and insert together)."""
+    import asyncio
+
+    from test_mysql_async_conn import close, connect
+
+    async def main(aapp: skiplock.AsyncApp) -> list[Any]:
+        conn = await connect(driver, mariadb_dsn, autocommit=False)
+        try:
+            await aapp.outbox.put_async("order.created", {"order": 1}, key="c7", conn=conn)
+            await conn.rollback()
+            kept = await aapp.outbox.put_async("order.created", {"order": 2}, key="c7", conn=conn,
+                                               idempotency_key="order-2-created")
+            more = await aapp.outbox.put_many_async([("order.paid", {"order": 2}, "c7"), ("order.shipped", [2])],
+                                                    conn=conn)
+            await conn.commit()
+            again = await aapp.outbox.put_async("x", {}, conn=conn, idempotency_key="order-2-created")
+            await conn.commit()
+            assert again == kept
+        finally:
+            await close(conn)
+        auto = await connect(driver, mariadb_dsn, autocommit=True)
+        try:
+            alone = await aapp.outbox.put_async("t", {"autocommit": True}, key="k", conn=auto)
+        finally:
+            await close(auto)
+        return [kept, *more, alone]
+
+    async def run() -> list[Any]:
+        aapp = skiplock.AsyncApp(mariadb_dsn)
+        await aapp.migrate()
+        try:
+            refs = await main(aapp)
+            return [(m.topic, m.key, m.payload) for m in [aapp.app.outbox.get(r.id) for r in refs]] + [
+                len(aapp.app.outbox.list_messages())]
+        finally:
+            await aapp.close()
+
+    assert asyncio.run(run()) == [("order.created", "c7", {"order": 2}), ("order.paid", "c7", {"order": 2}),
+                                  ("order.shipped", None, [2]), ("t", "k", {"autocommit": True}), 4]

@@ -16,9 +16,8 @@ What it guarantees, as PostgresBackend does (docs/guarantees.md, docs/mysql.md):
   validated, quoted table names of :func:`names`; every value is a bound parameter.
 
 Not yet (issue 12; see docs/mysql.md): the asyncio worker (it has no asyncio lease verbs:
-``run_async_worker`` refuses this backend) and the outbox's ``put_async`` on the caller's asyncio
-connection (``NotImplementedError`` naming the issue). ``AsyncApp`` enqueues on the caller's asyncio
-connection through ``run_async`` (producing.py, steps.py); the outbox is outbox.py.
+``run_async_worker`` refuses this backend). ``AsyncApp`` enqueues, and the outbox puts, on the
+caller's asyncio connection through ``run_async`` (producing.py, steps.py); the outbox is outbox.py.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@ outbox.sql on the backend's connections.
 
 What it guarantees, as the PostgreSQL store does (docs/outbox.md, "On MySQL/MariaDB"):
 
-- ``put`` on the caller's PyMySQL connection runs in the caller's transaction: the message exists
-  only if that transaction commits (an autocommit connection outside a transaction gets one of its
-  own, so the key locks and the insert stay together). Keyed writers serialise on their key's row in
+- ``put`` on the caller's PyMySQL connection (``put_async`` on an asyncmy or aiomysql one: the same
+  statement steps, steps.py) runs in the caller's transaction: the message exists only if that
+  transaction commits (an autocommit connection outside a transaction gets one of its own, so the
+  key locks and the insert stay together). Keyed writers serialise on their key's row in
   ``outbox_keys`` (outbox.sql: ``lock_keys``), so within a key id order is commit order;
 - relays claim with ``SELECT … FOR UPDATE SKIP LOCKED`` on the claim index (never an id cursor),
   then update by primary key in the same transaction (no ``UPDATE … RETURNING``); a deadlock (1213)
@@ -28,13 +29,13 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 import pymysql
-from pymysql.constants import SERVER_STATUS
 
 from ..outbox_base import Finish, Message, MessageRecord, NewMessage
-from .errors import RETRYABLE, code, connection_lost, translated
+from .errors import RETRYABLE, code, connection_lost
 from .notifications import MySQLNotifications
 from .outbox_lease import MySQLOutboxLease
-from .sql import CLAIM_RETRIES, NOT_YET, _load, _named, _utc
+from .sql import CLAIM_RETRIES, _load, _named, _utc
+from .steps import OWN_TRANSACTION, Statement, Steps, undo
 
 if TYPE_CHECKING:  # the backend makes its store (MySQLBackend.outbox_store): no import cycle
     from .backend import MySQLBackend
@@ -45,9 +46,9 @@ PUT_CHUNK_BYTES = 4 << 20
 IN_CHUNK = 1000  # values per IN list
 
 
-def key_hash(key: str) -> bytes:
-    """The SHA-256 of an ordering key: its row in ``outbox_keys``."""
-    return hashlib.sha256(key.encode("utf-8")).digest()
+def key_hash(key: str) -> str:
+    """The SHA-256 of an ordering key, in hex: its row in ``outbox_keys`` (``UNHEX`` in SQL)."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
 def _chunks(items: Sequence[R], size: int) -> list[Sequence[R]]:
@@ -89,42 +90,45 @@ class MySQLOutboxStore:
         """Insert messages; (id, idempotency key) per input, in input order. On ``conn`` (the caller's
         PyMySQL connection) in its transaction, not committed here; an autocommit connection outside a
         transaction gets one of its own. ``wake`` is moot: relays see new rows by polling MAX(id)."""
-        if conn is None:
-            return self._retrying(lambda c: self._put_on(c, messages))
-        if not isinstance(conn, pymysql.connections.Connection):
+        if conn is not None and not isinstance(conn, pymysql.connections.Connection):
             raise TypeError(f"on the MySQL backend, conn must be a PyMySQL connection, got {type(conn).__name__}")
-        with translated(self.backend.dsn):
-            if not conn.get_autocommit() or conn.server_status & SERVER_STATUS.SERVER_STATUS_IN_TRANS:
-                return self._put_on(conn, messages)
-            conn.begin()
-            try:
-                refs = self._put_on(conn, messages)
-            except BaseException:
-                self._quiet_rollback(conn)
-                raise
-            conn.commit()
-            return refs
+        return self.backend.run(self._put_steps(messages), conn)
 
     async def put_async(self, messages: Sequence[NewMessage], conn: Any, *,
                         wake: bool = True) -> list[tuple[int, str]]:
-        raise NotImplementedError(f"put_async on the caller's asyncio connection is {NOT_YET}")
+        """:meth:`put` on the caller's asyncio connection (asyncmy or aiomysql): the very same
+        statement steps, awaited, in its transaction."""
+        return await self.backend.run_async(self._put_steps(messages), conn)
 
-    def _put_on(self, conn: Any, messages: Sequence[NewMessage]) -> list[tuple[int, str]]:
-        """The statements of a put (outbox.sql: lock_keys, put_many, ids_by_idempotency_key)."""
-        with conn.cursor(pymysql.cursors.Cursor) as cur:  # tuples, whatever the caller's cursor class
+    def _put_steps(self, messages: Sequence[NewMessage]) -> Steps[list[tuple[int, str]]]:
+        """The statements of a put (outbox.sql: lock_keys, put_many, ids_by_idempotency_key) as steps
+        both drivers run (steps.py); a BEGIN/COMMIT of their own on an autocommit connection outside a
+        transaction, so the key locks and the insert stay together."""
+        own = yield OWN_TRANSACTION
+        if own:
+            yield Statement("BEGIN")
+        try:
             hashes = sorted({key_hash(m.key) for m in messages if m.key is not None})
             for locked in _chunks(hashes, IN_CHUNK):
-                cur.execute(self.q["lock_keys"].replace("{rows}", ", ".join([self.q["lock_key_row"]] * len(locked))),
-                            list(locked))
+                yield Statement(self.q["lock_keys"].replace("{rows}", ", ".join([self.q["lock_key_row"]] * len(locked))),
+                                list(locked))
             for chunk in _put_chunks(messages):
                 params: list[Any] = []
                 for m in chunk:
                     params += [m.topic, m.key, m.payload_json, m.idempotency_key, m.max_attempts]
-                cur.execute(self.q["put_many"].replace("{rows}", ", ".join([self.q["put_row"]] * len(chunk))), params)
+                yield Statement(self.q["put_many"].replace("{rows}", ", ".join([self.q["put_row"]] * len(chunk))),
+                                params)
             ids: dict[str, int] = {}
             for part in _chunks(list(dict.fromkeys(m.idempotency_key for m in messages)), IN_CHUNK):
-                cur.execute(self.q["ids_by_idempotency_key"], {"keys": list(part)})
-                ids.update({ikey: int(mid) for mid, ikey in cur.fetchall()})
+                found = yield Statement(self.q["ids_by_idempotency_key"].replace("{keys}", ", ".join(["%s"] * len(part))),
+                                        list(part))
+                ids.update({ikey: int(mid) for mid, ikey in found.rows})
+        except Exception:
+            if own:
+                yield from undo(Statement("ROLLBACK"))
+            raise
+        if own:
+            yield Statement("COMMIT")
         return [(ids[m.idempotency_key], m.idempotency_key) for m in messages]
 
     # ---- wake-ups ------------------------------------------------------------------------------

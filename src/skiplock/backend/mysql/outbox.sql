@@ -11,13 +11,14 @@
 -- of the key waits here -- on the row of the primary key: a record lock, no gap lock, whatever the
 -- isolation -- until the first commits or rolls back, and only then gets its ids: within a key, id
 -- order is commit order, and the relay delivers in id order. {rows} is `lock_key_row` repeated, the
--- keys' SHA-256 sorted ascending: a multi-row INSERT takes its rows in order, so concurrent multi-key
--- writers lock in the same order and never deadlock each other.
+-- keys' SHA-256 sorted ascending (hex sorts as the bytes do): a multi-row INSERT takes its rows in
+-- order, so concurrent multi-key writers lock in the same order and never deadlock each other.
 INSERT INTO {outbox_keys} (key_hash, used_at) VALUES {rows}
     ON DUPLICATE KEY UPDATE used_at = UTC_TIMESTAMP(6);
 
 -- name: lock_key_row
-(%s, UTC_TIMESTAMP(6))
+-- The key's SHA-256 as hex (bound as text: the asyncio drivers' bytes escaping differs).
+(UNHEX(%s), UTC_TIMESTAMP(6))
 
 -- name: put_many
 -- One statement for up to PUT_CHUNK messages; AUTO_INCREMENT hands ids out in row order, so ids
@@ -37,7 +38,8 @@ VALUES {rows}
 -- name: ids_by_idempotency_key
 -- In the producer's transaction: its own rows and committed ones (a concurrent put of the same key
 -- made our insert wait on the unique key until it ended, so it is committed or gone by now).
-SELECT id, idempotency_key FROM {outbox} WHERE idempotency_key IN %(keys)s;
+-- {keys} is `%s` repeated, one per key (positional: the asyncio drivers do not bind a list).
+SELECT id, idempotency_key FROM {outbox} WHERE idempotency_key IN ({keys});
 
 -- name: expired_leases
 -- Claimed lease, rescuer, step 1: a relay that crashed or stalled past its lease never reported an
