@@ -1,11 +1,13 @@
 """Two ways a page could be abused although every request carries a valid credential: a POST from
 another site (the browser adds the session cookie; Origin checking refuses it before the CSRF check
-even runs), and an args-text search that answers "does the hidden value contain this?"."""
+even runs), and an args-text search that answers "does the hidden value contain this?". Each test runs
+on each backend (dashboard_backends.py)."""
 
 from __future__ import annotations
 
 from skiplock.dashboard import create_app
 
+from dashboard_backends import backend_dsn, pytest_generate_tests  # noqa: F401 - each backend
 from dashboard_support import OPERATOR, VIEWER, client
 
 HTML = {"Accept": "text/html"}

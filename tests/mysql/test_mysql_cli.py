@@ -1,6 +1,6 @@
 """Every ``skiplock`` command on a ``mariadb://`` DSN (issue 12, item 6), run as the real CLI against
 the private MariaDB: migrate, enqueue, jobs, queues, pause/resume, cancel, retry, worker, status,
-workers, top, prune, wait, outbox, relay, scenario.
+workers, top, prune, wait, outbox, relay, scenario, dashboard.
 
 What the MySQL backend does not have yet (issue 12's remaining verbs) must not end in a traceback:
 such a command prints one line, ``error: not supported on this database: …``, and exits 2, as any
@@ -10,16 +10,18 @@ The DSN goes through ``SKIPLOCK_DSN``; its password never appears in any output.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Iterator
 
+import httpx
 import pytest
 
 from mariadb_server import MariaDB, drop_database, fresh_database
 from private_servers import free_port
-from support import cli_env
+from support import cli_env, wait_for
 
 HERE = Path(__file__).resolve().parent
 NOT_SUPPORTED = "error: not supported on this database: "
@@ -135,15 +137,45 @@ def test_every_command_on_a_mariadb_dsn(db: tuple[str, str], mariadb_server: Mar
     assert done.returncode == 0 and "scenario OK" in done.stdout
 
 
-def test_the_dashboard_on_mariadb_is_refused_in_one_line_at_start(db: tuple[str, str],
-                                                                  mariadb_server: MariaDB) -> None:
-    """The web dashboard's statements (job list, bulk actions, throughput, audit log) are not on the
-    MySQL backend yet: `skiplock dashboard` says so at once instead of serving pages that fail."""
+def test_the_dashboard_serves_on_a_mariadb_dsn(db: tuple[str, str], mariadb_server: MariaDB) -> None:
+    """`skiplock dashboard` on a ``mariadb://`` DSN (SKIPLOCK_DSN) serves: closed without a token (401,
+    no job data), every page with the token (a job enqueued shows on the job list and the overview)."""
     dsn, _ = db
-    assert cli(dsn, "migrate", password=mariadb_server.password).returncode == 0
-    done = cli(dsn, "dashboard", "--port", str(free_port()), password=mariadb_server.password)
-    assert not works_or_says_so(done)
-    assert "the web dashboard" in done.stderr and "throughput" in done.stderr
+    pw = mariadb_server.password
+    assert cli(dsn, "migrate", password=pw).returncode == 0
+    job = int(cli(dsn, "enqueue", "mycli.add", "--args", '{"a": 1, "b": 2}', "--queue", "dashq",
+                  password=pw).stdout.strip())
+    token = "mariadb-dashboard-token-0123456789"
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "skiplock", "--quiet", "dashboard", "--port", str(port)],
+                            cwd=HERE, env=cli_env(HERE, SKIPLOCK_DSN=dsn, SKIPLOCK_DASHBOARD_TOKEN=token),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    bearer = {"Authorization": f"Bearer {token}"}
+    try:
+        def up() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"the dashboard exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                return True
+            except OSError:
+                return False
+
+        wait_for(up, 60, "the dashboard to listen")
+        assert httpx.get(f"{base}/api/overview").status_code == 401
+        assert httpx.get(f"{base}/jobs", headers={"Accept": "application/json"}).status_code == 401
+        overview = httpx.get(f"{base}/api/overview", headers=bearer)
+        assert overview.status_code == 200 and "dashq" in overview.text, overview.text
+        for path in ("/", "/jobs", "/running", "/workers", "/queues", "/cron", "/outbox", "/audit", f"/jobs/{job}"):
+            page = httpx.get(base + path, headers=bearer)
+            assert page.status_code == 200, (path, page.text[-2000:])
+            assert pw not in page.text
+        assert f'href="/jobs/{job}"' in httpx.get(f"{base}/jobs?queue=dashq", headers=bearer).text
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=20)
+    assert "Traceback" not in out + err and pw not in out + err and token not in out + err, err[-3000:]
 
 
 def check_outbox_commands(run: Any, server: MariaDB, database: str) -> None:

@@ -292,6 +292,8 @@ SELECT reason FROM {job_cancellations} WHERE job_id = %(id)s;
 -- appended first, then this write's own entry (%(own)s: not when it is already pending -- recorded
 -- exactly once). Claimed lease (%(owner)s given): the attempt given is the row's count (a snooze
 -- passes one less); else attempts never go down.
+-- Each entry says its attempt, when it ended ('at'), when it started ('started_at': the dashboard
+-- shows how long it ran), the error and the worker, as on PostgreSQL.
 UPDATE {jobs}
    SET state = %(state)s,
        attempts = CASE WHEN %(owner)s IS NOT NULL THEN %(attempt)s ELSE GREATEST(attempts, %(attempt)s) END,
@@ -304,6 +306,7 @@ UPDATE {jobs}
        errors = CASE WHEN %(own)s = 0 THEN JSON_MERGE_PRESERVE(errors, %(pending)s)
                      ELSE JSON_ARRAY_APPEND(JSON_MERGE_PRESERVE(errors, %(pending)s), '$', JSON_OBJECT(
                           'attempt', %(attempt)s, 'at', DATE_FORMAT(UTC_TIMESTAMP(6), '%%Y-%%m-%%dT%%H:%%i:%%s.%%f+00:00'),
+                          'started_at', DATE_FORMAT(%(started_at)s, '%%Y-%%m-%%dT%%H:%%i:%%s.%%f+00:00'),
                           'error', %(error)s, 'worker', %(worker)s)) END,
        -- then the last 20 kept (as on PostgreSQL): MySQL applies a single-table UPDATE's assignments
        -- left to right, so this one sees the errors just written; a write adds one entry (pending
@@ -705,6 +708,214 @@ SELECT id, at, actor, action, target, affected
  WHERE (%(before)s IS NULL OR id < %(before)s)
  ORDER BY id DESC
  LIMIT %(limit)s;
+
+-- ==== the dashboard's reads and writes (skiplock.dashboard; Python in reads.py) ================
+-- As PostgreSQL's `dash_*` statements (backend/postgres/queries.sql), with the same filters and
+-- results. Every statement here runs with the dashboard's statement time limit set on its session
+-- (`dash_timeout_*`: MariaDB's max_statement_time, MySQL 8's max_execution_time -- reads.py picks the
+-- one the server has, and puts the session's default back after), is bounded by a LIMIT, pages by
+-- keyset (never OFFSET), and reads INNODB_TRX/PROCESSLIST at most once per statement (the derived
+-- table `f` of the transaction-lease attempts in flight, as `oldest_ready` does), never per row.
+
+-- name: dash_timeout_variable
+-- Which statement time limit the server has: max_statement_time (MariaDB: seconds, every statement)
+-- or max_execution_time (MySQL 8: milliseconds, read-only SELECTs only).
+SHOW VARIABLES WHERE Variable_name IN ('max_statement_time', 'max_execution_time');
+
+-- name: dash_timeout_mariadb
+-- The next statements of this session are ended by the server past %(seconds)s seconds (error 1969).
+SET SESSION max_statement_time = %(seconds)s;
+
+-- name: dash_timeout_mariadb_reset
+SET SESSION max_statement_time = DEFAULT;
+
+-- name: dash_timeout_mysql
+-- The next SELECTs of this session are ended by the server past %(ms)s milliseconds (error 3024).
+SET SESSION max_execution_time = %(ms)s;
+
+-- name: dash_timeout_mysql_reset
+SET SESSION max_execution_time = DEFAULT;
+
+-- name: dash_throughput
+-- Jobs finished in the last %(seconds_us)s microseconds, per minute: done, failed, cancelled. Three
+-- ranges of jobs_finished (state, finished_at; migration 6), one per finished state, so it reads only
+-- the jobs finished in that window, whatever the table's size; at most seconds/60 + 1 rows. The minute
+-- is finished_at truncated (whole minutes since a fixed origin, added back: portable to MySQL 8; a
+-- TIMESTAMP literal, so the result is a DATETIME, not a string).
+SELECT TIMESTAMPADD(MINUTE, TIMESTAMPDIFF(MINUTE, TIMESTAMP '2000-01-01 00:00:00', finished_at),
+                    TIMESTAMP '2000-01-01 00:00:00') AS minute,
+       SUM(state = 'done') AS done, SUM(state = 'failed') AS failed, SUM(state = 'cancelled') AS cancelled
+  FROM {jobs} FORCE INDEX (jobs_finished)
+ WHERE state IN ('done', 'failed', 'cancelled')
+   AND finished_at >= UTC_TIMESTAMP(6) - INTERVAL %(seconds_us)s MICROSECOND
+ GROUP BY minute
+ ORDER BY minute;
+
+-- name: dash_find_jobs
+-- The jobs matching a filter, newest first, keyset on id < %(before)s, at most %(limit)s. Each filter
+-- is optional (NULL: any). State as the read model shows it (`get_job`): a transaction-lease job in
+-- flight (its row says 'queued'; `f` below) is 'running', with its attempt's start, slot and count,
+-- and 'queued' leaves it out. error_class: as `failure_classes` computes it. since/until: the job's
+-- created_at (since inclusive, until exclusive). args: a case-insensitive substring of the args' JSON
+-- text (the column's collation is binary: both sides lowered). id_floor: only ids >= it (an args
+-- search reads one window of ids at a time, see `dash_id_floor`; NULL: no floor). FORCE INDEX
+-- (PRIMARY): the scan walks the primary key backwards and stops at %(limit)s rows or at id_floor --
+-- never a filesort of every row of a state through jobs_claim_any; a filter that matches few rows may
+-- read many (the statement time limit bounds it), but not an args search: at most its window of ids.
+SELECT j.id, j.queue, j.task,
+       CASE WHEN f.job_id IS NOT NULL THEN 'running' ELSE j.state END AS state,
+       j.priority, GREATEST(j.attempts, COALESCE(f.started, 0)) AS attempts,
+       j.max_attempts, j.run_at, j.created_at,
+       CASE WHEN f.job_id IS NOT NULL THEN f.started_at ELSE j.started_at END AS started_at, j.finished_at,
+       LEFT(j.last_error, 300) AS last_error,
+       CASE WHEN f.job_id IS NOT NULL THEN f.worker ELSE j.worker END AS worker
+  FROM {jobs} j FORCE INDEX (PRIMARY)
+  LEFT JOIN (SELECT a.job_id, a.started, a.started_at, a.worker
+               FROM {job_attempts} a JOIN {jobs} x ON x.id = a.job_id
+                    JOIN information_schema.INNODB_TRX p ON p.trx_mysql_thread_id = a.backend_pid
+              WHERE x.state = 'queued' AND a.started > x.attempts AND p.trx_started <= a.started_at
+                AND p.trx_mysql_thread_id IN (SELECT ID FROM information_schema.PROCESSLIST)
+                AND NOT COALESCE(JSON_EXTRACT(a.pending_errors, CONCAT('$[', JSON_LENGTH(a.pending_errors) - 1,
+                                                                       '].attempt')) = a.started, FALSE)) f
+         ON f.job_id = j.id
+ WHERE (%(state)s IS NULL
+        OR (%(state)s = 'running' AND (j.state = 'running' OR f.job_id IS NOT NULL))
+        OR (%(state)s = 'queued' AND j.state = 'queued' AND f.job_id IS NULL)
+        OR (%(state)s NOT IN ('running', 'queued') AND j.state = %(state)s))
+   AND (%(queue)s IS NULL OR j.queue = %(queue)s)
+   AND (%(task)s IS NULL OR j.task = %(task)s)
+   AND (%(error_class)s IS NULL
+        OR CASE WHEN j.last_error REGEXP '^[^:\n]{{1,200}}:' THEN SUBSTRING_INDEX(j.last_error, ':', 1) ELSE 'other' END
+           = %(error_class)s)
+   AND (%(since)s IS NULL OR j.created_at >= %(since)s)
+   AND (%(until)s IS NULL OR j.created_at < %(until)s)
+   AND (%(args)s IS NULL OR LOCATE(LOWER(%(args)s), LOWER(j.args)) > 0)
+   AND (%(id_floor)s IS NULL OR j.id >= %(id_floor)s)
+   AND (%(before)s IS NULL OR j.id < %(before)s)
+ ORDER BY j.id DESC
+ LIMIT %(limit)s;
+
+-- name: dash_id_floor
+-- Where an args-text search of the ids below %(before)s (NULL: every id) stops: %(window)s ids down,
+-- from the newest id (MAX(id): one probe of the primary key's end). No id is skipped: the next window
+-- starts where this one ended (the caller's cursor). Below 1 means the window reaches the first job.
+SELECT COALESCE(%(before)s, (SELECT MAX(id) + 1 FROM {jobs}), 1) - %(window)s;
+
+-- name: dash_matching_ids
+-- The ids of the jobs matching the same filter as `dash_find_jobs` (same WHERE, same scan), newest
+-- first, keyset on id < %(before)s, at most %(limit)s: what a bulk action counts and then acts on.
+SELECT j.id
+  FROM {jobs} j FORCE INDEX (PRIMARY)
+  LEFT JOIN (SELECT a.job_id, a.started, a.started_at, a.worker
+               FROM {job_attempts} a JOIN {jobs} x ON x.id = a.job_id
+                    JOIN information_schema.INNODB_TRX p ON p.trx_mysql_thread_id = a.backend_pid
+              WHERE x.state = 'queued' AND a.started > x.attempts AND p.trx_started <= a.started_at
+                AND p.trx_mysql_thread_id IN (SELECT ID FROM information_schema.PROCESSLIST)
+                AND NOT COALESCE(JSON_EXTRACT(a.pending_errors, CONCAT('$[', JSON_LENGTH(a.pending_errors) - 1,
+                                                                       '].attempt')) = a.started, FALSE)) f
+         ON f.job_id = j.id
+ WHERE (%(state)s IS NULL
+        OR (%(state)s = 'running' AND (j.state = 'running' OR f.job_id IS NOT NULL))
+        OR (%(state)s = 'queued' AND j.state = 'queued' AND f.job_id IS NULL)
+        OR (%(state)s NOT IN ('running', 'queued') AND j.state = %(state)s))
+   AND (%(queue)s IS NULL OR j.queue = %(queue)s)
+   AND (%(task)s IS NULL OR j.task = %(task)s)
+   AND (%(error_class)s IS NULL
+        OR CASE WHEN j.last_error REGEXP '^[^:\n]{{1,200}}:' THEN SUBSTRING_INDEX(j.last_error, ':', 1) ELSE 'other' END
+           = %(error_class)s)
+   AND (%(since)s IS NULL OR j.created_at >= %(since)s)
+   AND (%(until)s IS NULL OR j.created_at < %(until)s)
+   AND (%(args)s IS NULL OR LOCATE(LOWER(%(args)s), LOWER(j.args)) > 0)
+   AND (%(id_floor)s IS NULL OR j.id >= %(id_floor)s)
+   AND (%(before)s IS NULL OR j.id < %(before)s)
+ ORDER BY j.id DESC
+ LIMIT %(limit)s;
+
+-- name: dash_lock_finished
+-- dash_delete_finished, step 1 (one transaction with steps 2 and 3): those of %(ids)s that are
+-- finished (done, failed, cancelled) and that no other transaction holds, locked (SKIP LOCKED: a row
+-- another transaction holds is skipped, never waited on). A queued or running job is never deleted
+-- (cancel it first). No DELETE … RETURNING on MySQL: the ids locked here are the ids deleted.
+SELECT id FROM {jobs}
+ WHERE id IN %(ids)s AND state IN ('done', 'failed', 'cancelled')
+ ORDER BY id
+   FOR UPDATE SKIP LOCKED;
+
+-- name: dash_delete_finished
+-- Step 2: the rows step 1 locked (still finished: nobody else can change them until this commits).
+DELETE FROM {jobs} WHERE id IN %(ids)s AND state IN ('done', 'failed', 'cancelled');
+
+-- name: dash_delete_attempts
+-- Step 3: their attempt rows go with them, as on PostgreSQL.
+DELETE FROM {job_attempts} WHERE job_id IN %(ids)s;
+
+-- ==== the dashboard's queue summary: bounded at any table size (reads.py `queue_summary`) ======
+-- As PostgreSQL's: exact counts up to a cap, then an estimate; never a scan of every row (a GROUP BY
+-- over a table of 1,000,000 jobs reads every index entry). MariaDB has no LATERAL and no outer
+-- reference inside a derived table, so the per-pair capped counts are one short statement each,
+-- run by reads.py on one session:
+-- * the (state, queue) pairs that have jobs: a loose index scan of jobs_claim (state, queue, …) --
+--   one index probe per pair (the next queue after the last one found, for each of the five states);
+-- * each pair counted by a range of jobs_claim stopped after %(cap)s entries (the caller passes the
+--   cap + 1, plus the transaction-lease jobs in flight for 'queued'): a count above the cap means
+--   "more than the cap", and the caller then asks the optimiser's estimate of that range (EXPLAIN:
+--   InnoDB's index dive, no scan);
+-- * a transaction-lease job in flight (its row says 'queued') is moved from 'queued' to 'running' by
+--   the caller, as `counts` does; the queued pair's count reads that many more entries, so it is
+--   still exact up to the cap after the move.
+
+-- name: dash_queue_pairs
+-- Every (queue, state) that has jobs. (MySQL 8 stops a recursive CTE past cte_max_recursion_depth,
+-- 1000 by default: more queues than that in one state is an error there, not a wrong page.)
+WITH RECURSIVE pairs (state, queue) AS (
+  SELECT s.state, (SELECT MIN(j.queue) FROM {jobs} j WHERE j.state = s.state)
+    FROM (SELECT CAST('queued' AS CHAR(16)) AS state UNION ALL SELECT 'running' UNION ALL SELECT 'done'
+          UNION ALL SELECT 'failed' UNION ALL SELECT 'cancelled') s
+  UNION ALL
+  SELECT p.state, (SELECT MIN(j.queue) FROM {jobs} j WHERE j.state = p.state AND j.queue > p.queue)
+    FROM pairs p WHERE p.queue IS NOT NULL)
+SELECT queue, state FROM pairs WHERE queue IS NOT NULL ORDER BY queue, state;
+
+-- name: dash_in_flight
+-- The transaction-lease jobs in flight (as `running_now` says it), with their queue: (queue, job id).
+-- As many rows as there are busy slots; INNODB_TRX and PROCESSLIST read once.
+SELECT j.queue, a.job_id
+  FROM {job_attempts} a JOIN {jobs} j ON j.id = a.job_id
+       JOIN information_schema.INNODB_TRX p ON p.trx_mysql_thread_id = a.backend_pid
+ WHERE j.state = 'queued' AND a.started > j.attempts AND p.trx_started <= a.started_at
+   AND p.trx_mysql_thread_id IN (SELECT ID FROM information_schema.PROCESSLIST)
+   AND NOT COALESCE(JSON_EXTRACT(a.pending_errors, CONCAT('$[', JSON_LENGTH(a.pending_errors) - 1,
+                                                          '].attempt')) = a.started, FALSE);
+
+-- name: dash_pair_count
+-- The jobs of one (state, queue), counted up to %(cap)s: a range of jobs_claim read for at most
+-- %(cap)s entries.
+SELECT COUNT(*) FROM (SELECT 1 FROM {jobs} FORCE INDEX (jobs_claim)
+                       WHERE state = %(state)s AND queue = %(queue)s LIMIT %(cap)s) capped;
+
+-- name: dash_pair_estimate
+-- The optimiser's estimate of one (state, queue)'s jobs (the 'rows' of its plan: an index dive into
+-- jobs_claim, no scan), for a count above the cap.
+EXPLAIN SELECT 1 FROM {jobs} FORCE INDEX (jobs_claim) WHERE state = %(state)s AND queue = %(queue)s;
+
+-- name: dash_ready_count
+-- One queue's jobs ready now (queued, due, not in flight: %(in_flight)s, never empty -- 0 stands for
+-- none, ids start at 1), counted up to %(cap)s, walking jobs_claim in the claim's order (the ORDER
+-- BY says so: no filesort, and the scan stops at %(cap)s).
+SELECT COUNT(*) FROM (SELECT 1 FROM {jobs} FORCE INDEX (jobs_claim)
+                       WHERE state = 'queued' AND queue = %(queue)s AND run_at <= UTC_TIMESTAMP(6)
+                         AND id NOT IN %(in_flight)s
+                       ORDER BY priority, id LIMIT %(cap)s) capped;
+
+-- name: dash_queue_head
+-- The head of one queue: the ready job a worker claims next (first in the claim's order on
+-- jobs_claim, one probe plus the entries of jobs not yet due or in flight ahead of it -- the claim's
+-- own cost), its due time and how long it has waited, in microseconds.
+SELECT run_at, TIMESTAMPDIFF(MICROSECOND, run_at, UTC_TIMESTAMP(6))
+  FROM {jobs} FORCE INDEX (jobs_claim)
+ WHERE state = 'queued' AND queue = %(queue)s AND run_at <= UTC_TIMESTAMP(6) AND id NOT IN %(in_flight)s
+ ORDER BY priority, id
+ LIMIT 1;
 
 -- name: keyed_savepoint
 -- enqueue_many with unique keys (producing.py, `_keyed_on`): the call is undone as a whole when an
