@@ -836,26 +836,33 @@ SELECT j.id
 -- finished (done, failed, cancelled) and that no other transaction holds, locked (SKIP LOCKED: a row
 -- another transaction holds is skipped, never waited on). A queued or running job is never deleted
 -- (cancel it first). No DELETE … RETURNING on MySQL: the ids locked here are the ids deleted.
-SELECT id FROM {jobs}
+-- FORCE INDEX (PRIMARY): a lookup of each id; through an index on state (jobs_finished) it would
+-- lock-test the other finished rows of the range too.
+SELECT id FROM {jobs} FORCE INDEX (PRIMARY)
  WHERE id IN %(ids)s AND state IN ('done', 'failed', 'cancelled')
  ORDER BY id
    FOR UPDATE SKIP LOCKED;
 
 -- name: dash_delete_finished
--- Step 2: the rows step 1 locked (still finished: nobody else can change them until this commits).
-DELETE FROM {jobs} WHERE id IN %(ids)s AND state IN ('done', 'failed', 'cancelled');
+-- Step 2, once per id step 1 locked (still finished: nobody else can change it until this commits).
+-- One id per statement, by primary key equality: a DELETE locks every row it examines, and a
+-- DELETE … WHERE id IN (…) on a small table is run as a full scan (no index hint is honoured on a
+-- single-table DELETE, nor on MariaDB's one-table multi-table form) -- it would wait on rows other
+-- transactions hold.
+DELETE FROM {jobs} WHERE id = %(id)s;
 
 -- name: dash_delete_attempts
--- Step 3: their attempt rows go with them, as on PostgreSQL.
-DELETE FROM {job_attempts} WHERE job_id IN %(ids)s;
+-- Step 3: its attempt row goes with it, as on PostgreSQL (by primary key, as step 2).
+DELETE FROM {job_attempts} WHERE job_id = %(id)s;
 
 -- ==== the dashboard's queue summary: bounded at any table size (reads.py `queue_summary`) ======
 -- As PostgreSQL's: exact counts up to a cap, then an estimate; never a scan of every row (a GROUP BY
 -- over a table of 1,000,000 jobs reads every index entry). MariaDB has no LATERAL and no outer
--- reference inside a derived table, so the per-pair capped counts are one short statement each,
--- run by reads.py on one session:
+-- reference inside a derived table, so the probes and the per-pair capped counts are one short
+-- statement each, run by reads.py on one session:
 -- * the (state, queue) pairs that have jobs: a loose index scan of jobs_claim (state, queue, …) --
---   one index probe per pair (the next queue after the last one found, for each of the five states);
+--   one index probe per pair (the next queue after the last one found, for each of the five
+--   states; `dash_next_queue`);
 -- * each pair counted by a range of jobs_claim stopped after %(cap)s entries (the caller passes the
 --   cap + 1, plus the transaction-lease jobs in flight for 'queued'): a count above the cap means
 --   "more than the cap", and the caller then asks the optimiser's estimate of that range (EXPLAIN:
@@ -864,17 +871,15 @@ DELETE FROM {job_attempts} WHERE job_id IN %(ids)s;
 --   the caller, as `counts` does; the queued pair's count reads that many more entries, so it is
 --   still exact up to the cap after the move.
 
--- name: dash_queue_pairs
--- Every (queue, state) that has jobs. (MySQL 8 stops a recursive CTE past cte_max_recursion_depth,
--- 1000 by default: more queues than that in one state is an error there, not a wrong page.)
-WITH RECURSIVE pairs (state, queue) AS (
-  SELECT s.state, (SELECT MIN(j.queue) FROM {jobs} j WHERE j.state = s.state)
-    FROM (SELECT CAST('queued' AS CHAR(16)) AS state UNION ALL SELECT 'running' UNION ALL SELECT 'done'
-          UNION ALL SELECT 'failed' UNION ALL SELECT 'cancelled') s
-  UNION ALL
-  SELECT p.state, (SELECT MIN(j.queue) FROM {jobs} j WHERE j.state = p.state AND j.queue > p.queue)
-    FROM pairs p WHERE p.queue IS NOT NULL)
-SELECT queue, state FROM pairs WHERE queue IS NOT NULL ORDER BY queue, state;
+-- name: dash_next_queue
+-- The loose index scan, one probe: the first queue after %(after)s (NULL: the first queue) that has
+-- jobs in %(state)s -- one entry of jobs_claim (state, queue, …) read. The caller repeats it per
+-- state until no row comes back. (Not a recursive CTE: there the correlated probe is a ref on state
+-- alone and reads every entry of the state; bound values make it a range on (state, queue).)
+SELECT queue FROM {jobs} FORCE INDEX (jobs_claim)
+ WHERE state = %(state)s AND (%(after)s IS NULL OR queue > %(after)s)
+ ORDER BY queue
+ LIMIT 1;
 
 -- name: dash_in_flight
 -- The transaction-lease jobs in flight (as `running_now` says it), with their queue: (queue, job id).

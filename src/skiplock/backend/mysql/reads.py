@@ -22,6 +22,7 @@ from .sql import _naive_utc, _utc
 # A dashboard statement is ended by the server past this many milliseconds (as on PostgreSQL).
 STATEMENT_TIMEOUT_MS = 5000
 
+STATES = ("queued", "running", "done", "failed", "cancelled")
 FILTER_KEYS = ("state", "queue", "task", "error_class", "since", "until", "args")
 ROW_KEYS = ("id", "queue", "task", "state", "priority", "attempts", "max_attempts", "run_at", "created_at",
             "started_at", "finished_at", "last_error", "worker")
@@ -109,8 +110,7 @@ class MySQLReads:
         (pairs x (cap + 1 + jobs in flight)) + (queues x (cap + 1)) index entries are read."""
         cap = int(cap)
         with self._conn() as c, c.cursor() as cur, self._time_limited(cur):
-            cur.execute(self.q["dash_queue_pairs"])
-            pairs = [(str(r[0]), str(r[1])) for r in cur.fetchall()]
+            pairs = sorted(self._pairs(cur))
             cur.execute(self.q["dash_in_flight"])
             flight = [(str(r[0]), int(r[1])) for r in cur.fetchall()]
             counts: dict[tuple[str, str], int] = {}
@@ -142,6 +142,18 @@ class MySQLReads:
         return {"counts": [(q, s, n) for (q, s), n in sorted(counts.items()) if n > 0], "heads": heads,
                 "estimates": estimates}
 
+    def _pairs(self, cur: Any) -> Iterator[tuple[str, str]]:
+        """(queue, state) of every pair that has jobs: the loose index scan, one probe per pair."""
+        for state in STATES:
+            after = None
+            while True:
+                cur.execute(self.q["dash_next_queue"], {"state": state, "after": after})
+                row = cur.fetchone()
+                if row is None:
+                    break
+                after = str(row[0])
+                yield after, state
+
     def throughput(self, seconds: float) -> list[tuple[datetime, int, int, int]]:
         """(minute, done, failed, cancelled) of the jobs finished in the last ``seconds``."""
         return [(r[0], int(r[1]), int(r[2]), int(r[3])) for r in
@@ -149,7 +161,8 @@ class MySQLReads:
 
     def delete_finished_jobs(self, ids: Sequence[int]) -> list[int]:
         """Delete those of ``ids`` that are finished and not locked by another transaction (skipped,
-        never waited on); returns the ids deleted. One transaction: lock, delete, their attempt rows."""
+        never waited on); returns the ids deleted. One transaction: lock them, then delete each and its
+        attempt row by primary key."""
         wanted = sorted({int(i) for i in ids})
         if not wanted:
             return []
@@ -157,7 +170,7 @@ class MySQLReads:
             with self._time_limited(cur):
                 cur.execute(self.q["dash_lock_finished"], {"ids": wanted})
                 locked = [int(r[0]) for r in cur.fetchall()]
-                if locked:
-                    cur.execute(self.q["dash_delete_finished"], {"ids": locked})
-                    cur.execute(self.q["dash_delete_attempts"], {"ids": locked})
+                for job_id in locked:  # by primary key, one at a time (see dash_delete_finished)
+                    cur.execute(self.q["dash_delete_finished"], {"id": job_id})
+                    cur.execute(self.q["dash_delete_attempts"], {"id": job_id})
         return locked
