@@ -241,6 +241,22 @@ def test_throughput_per_minute_by_outcome(backend: MySQLBackend) -> None:
     assert all(m.tzinfo is not None for m, *_ in got)
 
 
+def test_pickup_latency_as_percentile_cont(app: skiplock.App, backend: MySQLBackend) -> None:
+    assert backend.pickup_latency(3600) == (None, None, None, 0)
+    for wait in (1, 2, 3, 4.5):  # due 10 s ago, started `wait` seconds later, finished now
+        insert(backend, 1, state="done", run_at="UTC_TIMESTAMP(6) - INTERVAL 10 SECOND")
+        sql(backend, "UPDATE skiplock_jobs SET started_at = run_at + INTERVAL %s MICROSECOND "
+                     "WHERE id = (SELECT MAX(id) FROM skiplock_jobs)", (int(wait * 1_000_000),))
+    insert(backend, 1, state="done", run_at="UTC_TIMESTAMP(6) - INTERVAL 3 HOUR",
+           finished="UTC_TIMESTAMP(6) - INTERVAL 2 HOUR")  # outside the hour: not counted
+    sql(backend, "UPDATE skiplock_jobs SET started_at = run_at WHERE started_at IS NULL AND state = 'done'")
+    median, p95, worst, n = backend.pickup_latency(3600)
+    # percentile_cont over [1, 2, 3, 4.5]: positions 1.5 and 2.85
+    assert n == 4 and median == pytest.approx(2.5) and p95 == pytest.approx(3 + 0.85 * 1.5) and worst == 4.5
+    latency = app.read_model.pickup_latency()
+    assert latency is not None and latency.jobs == 4
+
+
 def test_args_search_pages_window_by_window_skipping_nothing(app: skiplock.App,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(readmodel, "ARGS_WINDOW", 10)

@@ -751,6 +751,24 @@ SELECT TIMESTAMPADD(MINUTE, TIMESTAMPDIFF(MINUTE, TIMESTAMP '2000-01-01 00:00:00
  GROUP BY minute
  ORDER BY minute;
 
+-- name: dash_pickup_latency
+-- Queue latency of the jobs finished in the last %(seconds_us)s microseconds, as PostgreSQL's: from
+-- when each became due (run_at) to when its last attempt started (started_at), in seconds, never
+-- below 0. No percentile_cont on MySQL 8 (MariaDB has it only as a window function): the waits are
+-- ranked (a window function, both servers) and only the rows at the ranks the median, the 95th
+-- percentile and the worst need are returned -- at most five rows (rank, how many, wait); the
+-- caller interpolates between the two rows around each position, exactly as percentile_cont does.
+-- The jobs read are a range of jobs_finished, as `dash_throughput`: bounded by that window's jobs.
+WITH waits AS (
+  SELECT GREATEST(TIMESTAMPDIFF(MICROSECOND, run_at, started_at), 0) / 1000000 AS w
+    FROM {jobs} FORCE INDEX (jobs_finished)
+   WHERE state IN ('done', 'failed', 'cancelled') AND started_at IS NOT NULL
+     AND finished_at >= UTC_TIMESTAMP(6) - INTERVAL %(seconds_us)s MICROSECOND),
+ranked AS (SELECT w, ROW_NUMBER() OVER (ORDER BY w) - 1 AS i, COUNT(*) OVER () AS n FROM waits)
+SELECT i, n, w FROM ranked
+ WHERE i IN (FLOOR((n - 1) * 0.5), CEIL((n - 1) * 0.5), FLOOR((n - 1) * 0.95), CEIL((n - 1) * 0.95), n - 1)
+ ORDER BY i;
+
 -- name: dash_find_jobs
 -- The jobs matching a filter, newest first, keyset on id < %(before)s, at most %(limit)s. Each filter
 -- is optional (NULL: any). State as the read model shows it (`get_job`): a transaction-lease job in

@@ -1,6 +1,6 @@
 """The dashboard's backend verbs on MySQL/MariaDB (a mixin :class:`MySQLBackend` inherits), as
 PostgreSQL's reads.py: the filtered job list and its ids for bulk actions (keyset on id, never OFFSET),
-the bounded queue summary, throughput per minute, deleting finished jobs. Their SQL is the dashboard section of queries.sql; the
+the bounded queue summary, throughput and queue latency, deleting finished jobs. Their SQL is the dashboard section of queries.sql; the
 audit log's verbs are operating.py's.
 
 Every statement runs on a pooled connection with the dashboard's statement time limit set on its
@@ -13,6 +13,7 @@ A page never holds the server longer than :data:`STATEMENT_TIMEOUT_MS`, whatever
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, Iterator, Mapping, Sequence
@@ -158,6 +159,22 @@ class MySQLReads:
         """(minute, done, failed, cancelled) of the jobs finished in the last ``seconds``."""
         return [(r[0], int(r[1]), int(r[2]), int(r[3])) for r in
                 self._bounded("dash_throughput", {"seconds_us": int(float(seconds) * 1_000_000)})]
+
+    def pickup_latency(self, seconds: float) -> tuple[float | None, float | None, float | None, int]:
+        """(median, p95, max, jobs): seconds from due to started of the jobs finished in the last
+        ``seconds`` (percentiles interpolated as PostgreSQL's percentile_cont)."""
+        rows = self._bounded("dash_pickup_latency", {"seconds_us": int(float(seconds) * 1_000_000)})
+        if not rows:
+            return None, None, None, 0
+        at = {int(i): float(w) for i, _, w in rows}
+        n = int(rows[0][1])
+
+        def percentile(p: float) -> float:
+            position = (n - 1) * p
+            low, high = math.floor(position), math.ceil(position)
+            return at[low] + (at[high] - at[low]) * (position - low)
+
+        return percentile(0.5), percentile(0.95), at[n - 1], n
 
     def delete_finished_jobs(self, ids: Sequence[int]) -> list[int]:
         """Delete those of ``ids`` that are finished and not locked by another transaction (skipped,
