@@ -1,7 +1,8 @@
 """Flow control's configuration: concurrency limits, rates and partitions (docs/flow-control.md).
 
 What is checked here (no I/O): a task's ``concurrency``/``rate``/``partition_by``, a rate's text
-(``"100/min"``), a job's ``partition``. Enforcement is the backend's (``claim_flow``, ``take_starts``
+(``"100/min"``), a job's ``partition``; a task's ``sequence_by``/``sequence_on_failure``. Sequences
+are enforced by the jobs' states (migration 14, 0014_sequences.sql), not by the flow claim. Enforcement is the backend's (``claim_flow``, ``take_starts``
 in backend/postgres/queries.sql) and the worker's (worker/flow.py)."""
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ from typing import Any
 from .errors import ConfigurationError
 
 MAX_PARTITION_CHARS = 1000
+MAX_SEQUENCE_CHARS = 1000
+# What a sequenced job that failed for good (after its last attempt) does to the rest of its sequence
+# (docs/flow-control.md, "Sequences"): the first is the default.
+SEQUENCE_RULES = ("wait", "skip", "fail")
 NOT_SUPPORTED = "is not supported on MySQL/MariaDB yet (flow control needs the PostgreSQL backend)"
 
 _UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
@@ -51,9 +56,16 @@ def check_concurrency(value: Any, what: str = "concurrency") -> int | None:
     return value
 
 
-def check_partition_by(value: Any) -> str | None:
+def check_partition_by(value: Any, what: str = "partition_by") -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value or len(value) > 200 or "\x00" in value:
-        raise ConfigurationError(f"partition_by must be the name of a job argument, got {value!r}")
+        raise ConfigurationError(f"{what} must be the name of a job argument, got {value!r}")
+    return value
+
+
+def check_sequence_rule(value: Any) -> str:
+    """A sequence's failure rule: 'wait' (default), 'skip' or 'fail'; else ConfigurationError."""
+    if not isinstance(value, str) or value not in SEQUENCE_RULES:
+        raise ConfigurationError(f"sequence_on_failure must be one of {', '.join(SEQUENCE_RULES)}, got {value!r}")
     return value

@@ -117,7 +117,8 @@ class Operations:
         """Cancel a job and return its state. A queued job is cancelled at once and never runs. A
         job running in a transaction lease is told by ending its session: its transaction rolls back
         (its database effects vanish) and it ends ``cancelled``. A job that already finished keeps
-        its state (returned). If the running handler does not let go within ``wait`` seconds, the
+        its state (returned) -- except a failed job still holding its sequence (the rule 'wait',
+        docs/flow-control.md): it is cancelled, and the sequence goes on. If the running handler does not let go within ``wait`` seconds, the
         request stays recorded and the job ends cancelled as soon as it does; a finishing ``done``
         write never overwrites a cancellation."""
         check_text("reason", reason, 10_000)
@@ -133,6 +134,8 @@ class Operations:
             if current in FINISHED:
                 if current != JobState.CANCELLED:
                     backend.forget_cancel_request(job_id)
+                if current == JobState.FAILED and backend.cancel_failed_head(job_id, reason):
+                    return JobState.CANCELLED  # it held its sequence (rule 'wait'): the sequence goes on
                 return current
             backend.end_lease_holder(job_id)
             if time.monotonic() > deadline:

@@ -162,6 +162,8 @@ class NewJob(NamedTuple):
     max_attempts: int
     run_at: datetime | None
     partition: str | None = None  # flow control: the job's partition key (docs/flow-control.md)
+    sequence: str | None = None  # sequences: the job's sequence key (docs/flow-control.md, "Sequences")
+    sequence_on_failure: str | None = None  # 'wait', 'skip' or 'fail' (None without a sequence)
 
 
 class Notifications(Protocol):
@@ -263,6 +265,10 @@ class Backend(ReadBackend, Protocol):
     def cancel_running(self, job_id: int) -> bool: ...
     def end_lease_holder(self, job_id: int) -> bool: ...
     def forget_cancel_request(self, job_id: int) -> None: ...
+    def cancel_failed_head(self, job_id: int, reason: str) -> bool:
+        """Cancel a failed job that still holds its sequence (rule 'wait'): the sequence goes on.
+        False for any other job (and on a backend without sequences)."""
+        return False
     def retry_job(self, job_id: int) -> bool: ...
     def unique_key_holder(self, unique_key: str) -> tuple[int, str] | None: ...
     def retry_failed(self, queue: str | None) -> list[tuple[int, str | None, bool, int | None]]: ...

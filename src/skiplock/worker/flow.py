@@ -61,6 +61,9 @@ class FlowControl:
         if self.limits and not self.supported:
             raise ConfigurationError(f"task limits (concurrency, rate, partition_by: {', '.join(self.limited_tasks)}) "
                                      f"{NOT_SUPPORTED}")
+        sequenced = sorted(t.name for t in tasks if t.sequence_by is not None)
+        if sequenced and not self.supported:
+            raise ConfigurationError(f"task sequences (sequence_by: {', '.join(sequenced)}) {NOT_SUPPORTED}")
         if self.limits and fail_unknown_tasks:
             raise ConfigurationError("fail_unknown_tasks cannot be combined with task limits (concurrency, rate, "
                                      f"partition_by: {', '.join(self.limited_tasks)}): such a worker claims every task")

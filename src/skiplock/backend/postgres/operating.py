@@ -91,6 +91,9 @@ class Operating(Producing):
     def forget_cancel_request(self, job_id: int) -> None:
         self._one("forget_cancel_request", {"id": job_id})
 
+    def cancel_failed_head(self, job_id: int, reason: str) -> bool:
+        return self._one("cancel_failed_head", {"id": job_id, "reason": reason}) is not None
+
     def retry_job(self, job_id: int) -> bool:
         """True if the job was put back; False if it does not exist, is not failed or cancelled, or
         a queued or running job holds its unique_key (also one committed during this statement)."""
