@@ -105,6 +105,8 @@ BEGIN
         DELETE FROM {schema}.job_sequences WHERE key = NEW.sequence;
     ELSE
         UPDATE {schema}.job_sequences SET head = nxt WHERE key = NEW.sequence;
+        -- wake idle workers at commit, as an enqueue does (a hint: they also poll)
+        PERFORM pg_notify('skiplock', 'enqueued:' || TG_TABLE_SCHEMA);
     END IF;
     RETURN NULL;
 END $$;
