@@ -174,9 +174,19 @@ class AsyncApp:
         return await asyncio.to_thread(self.app.retry_failed, queue)
 
     async def set_queue_limits(self, queue: str, *, concurrency: int | None = None, rate: str | None = None,
-                               fair: bool = False) -> None:
+                               fair: bool = False, weights: Mapping[str, int] | None = None) -> None:
         """:meth:`App.set_queue_limits`."""
-        await asyncio.to_thread(self.app.set_queue_limits, queue, concurrency=concurrency, rate=rate, fair=fair)
+        await asyncio.to_thread(self.app.set_queue_limits, queue, concurrency=concurrency, rate=rate, fair=fair,
+                                weights=weights)
+
+    async def set_task_limits(self, task: str, *, concurrency: int | None = None, rate: str | None = None,
+                              clear: bool = False) -> None:
+        """:meth:`App.set_task_limits`."""
+        await asyncio.to_thread(self.app.set_task_limits, task, concurrency=concurrency, rate=rate, clear=clear)
+
+    async def task_limits(self) -> list[dict[str, Any]]:
+        """:meth:`App.task_limits`."""
+        return await asyncio.to_thread(self.app.task_limits)
 
     async def queue_limits(self) -> list[dict[str, Any]]:
         """:meth:`App.queue_limits`."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Mapping
 
 from .errors import ConfigurationError
 
@@ -62,6 +62,24 @@ def check_partition_by(value: Any, what: str = "partition_by") -> str | None:
     if not isinstance(value, str) or not value or len(value) > 200 or "\x00" in value:
         raise ConfigurationError(f"{what} must be the name of a job argument, got {value!r}")
     return value
+
+
+def check_weights(weights: Any) -> dict[str, int]:
+    """A fair queue's ``{partition: weight}`` (whole numbers 1..1000); ConfigurationError otherwise."""
+    if weights is None:
+        return {}
+    if not isinstance(weights, Mapping):
+        raise ConfigurationError(f"weights must be a mapping of partition to weight, got {type(weights).__name__}")
+    out: dict[str, int] = {}
+    for partition, weight in weights.items():
+        if not isinstance(partition, str) or not 0 < len(partition) <= MAX_PARTITION_CHARS or "\x00" in partition:
+            raise ConfigurationError(f"a weight's partition must be a non-empty string, got {partition!r}")
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 1000:
+            raise ConfigurationError(f"the weight of partition {partition!r} must be a whole number from 1 to 1000, "
+                                     f"got {weight!r}")
+        if weight != 1:
+            out[partition] = weight
+    return out
 
 
 def check_sequence_rule(value: Any) -> str:

@@ -1043,17 +1043,33 @@ SELECT ok.granted, (SELECT count(*) FROM cur) = cardinality(%(keys)s::text[]),
 -- name: set_queue_limit
 -- Per-queue limits (`skiplock limit`; the caller deletes the row instead when no limit is left, so
 -- the plain claims take the queue again). Running workers read the new row at their next claim.
-INSERT INTO {schema}.queue_limits AS l (queue, concurrency, rate_count, rate_period, fair)
-VALUES (%(queue)s, %(concurrency)s, %(rate_count)s, %(rate_period)s, %(fair)s)
+-- %(weights)s: a fair queue's partition weights (migration 15), a JSON object.
+INSERT INTO {schema}.queue_limits AS l (queue, concurrency, rate_count, rate_period, fair, weights)
+VALUES (%(queue)s, %(concurrency)s, %(rate_count)s, %(rate_period)s, %(fair)s, %(weights)s::jsonb)
 ON CONFLICT (queue) DO UPDATE
    SET concurrency = EXCLUDED.concurrency, rate_count = EXCLUDED.rate_count, rate_period = EXCLUDED.rate_period,
-       fair = EXCLUDED.fair, updated_at = now();
+       fair = EXCLUDED.fair, weights = EXCLUDED.weights, updated_at = now();
 
 -- name: clear_queue_limit
 DELETE FROM {schema}.queue_limits WHERE queue = %(queue)s RETURNING queue;
 
 -- name: queue_limits
-SELECT queue, concurrency, rate_count, rate_period, updated_at, fair FROM {schema}.queue_limits ORDER BY queue;
+SELECT queue, concurrency, rate_count, rate_period, updated_at, fair, weights FROM {schema}.queue_limits ORDER BY queue;
+
+-- name: set_task_limit
+-- A task's limits at runtime (migration 15; `skiplock limit --task`): they replace the code's in every
+-- worker with the task at its next refresh. The caller deletes the row to go back to the code's.
+INSERT INTO {schema}.task_limits AS l (task, concurrency, rate_count, rate_period)
+VALUES (%(task)s, %(concurrency)s, %(rate_count)s, %(rate_period)s)
+ON CONFLICT (task) DO UPDATE
+   SET concurrency = EXCLUDED.concurrency, rate_count = EXCLUDED.rate_count, rate_period = EXCLUDED.rate_period,
+       updated_at = now();
+
+-- name: clear_task_limit
+DELETE FROM {schema}.task_limits WHERE task = %(task)s RETURNING task;
+
+-- name: task_limits
+SELECT task, concurrency, rate_count, rate_period, updated_at FROM {schema}.task_limits ORDER BY task;
 
 -- name: worker_seen
 -- A worker says it is alive, with what it can take: inserted at start, last_seen refreshed every few
