@@ -280,7 +280,10 @@ class Dashboard(Actions):
         return JSONResponse({
             "queues": [{"queue": q.queue, "paused": q.paused, "counts": {s: count(c) for s, c in q.counts.items()},
                         "ready": count(q.ready),
-                        "head_age_seconds": None if q.head_age is None else q.head_age.total_seconds()}
+                        "head_age_seconds": None if q.head_age is None else q.head_age.total_seconds(),
+                        "limits": None if q.limits is None else {"concurrency": q.limits.concurrency,
+                                                                 "rate": q.limits.rate, "fair": q.limits.fair,
+                                                                 "weights": q.limits.weights}}
                        for q in summary],
             # the form of earlier versions: exact counts only (a capped one is left out of it)
             "counts": [{"queue": q.queue, "state": s, "count": c.n} for q in summary for s, c in q.counts.items()
