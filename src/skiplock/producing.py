@@ -259,5 +259,8 @@ class Producer:
                 keyed[i] = (unique_key, on_conflict)
             if key is not None:
                 checked[key] = (job.queue, job.priority, job.max_attempts)
+        if keyed and any(j.sequence is not None for j in new):
+            raise InvalidJob("a batch with unique keys cannot hold jobs with a sequence (not supported yet): "
+                             "enqueue them in separate calls")
         return new, keyed
 

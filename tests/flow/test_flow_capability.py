@@ -34,6 +34,9 @@ def test_without_flow_control_limits_and_partitions_are_refused(app, db):
         app.enqueue_many([("limited", {}, {"partition": "customer:42"})])
     with pytest.raises(ConfigurationError, match="queue limits is not supported on MySQL/MariaDB yet"):
         app.set_queue_limits("default", concurrency=3)
+    with pytest.raises(ConfigurationError, match="task limits is not supported on MySQL/MariaDB yet"):
+        app.set_task_limits("limited", concurrency=3)
+    assert app.task_limits() == []
     assert db.execute("SELECT count(*) FROM skiplock.jobs").fetchone()[0] == 0
     assert db.execute("SELECT count(*) FROM skiplock.queue_limits").fetchone()[0] == 0
     assert app.queue_limits() == []

@@ -169,6 +169,8 @@ def test_bad_sequence_options_are_refused(dsn: str) -> None:
         app.enqueue("seq", {"account": 1}, unique_key="k")
     with pytest.raises(InvalidJob, match="item 1: .*cannot have a unique_key"):
         app.enqueue_many([("other", {}), ("other", {}, {"sequence": "s", "unique_key": "k"})])
+    with pytest.raises(InvalidJob, match="a batch with unique keys cannot hold jobs with a sequence"):
+        app.enqueue_many([("other", {}, {"unique_key": "k"}), ("other", {}, {"sequence": "s"})])
     with pytest.raises(InvalidJob, match="sequence"):
         app.enqueue("other", {}, sequence="")
     app.close()

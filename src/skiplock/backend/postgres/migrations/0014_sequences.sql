@@ -31,7 +31,10 @@
 -- * Lock order: a job's row, then its sequence's row, then blocked jobs' rows; an enqueue locks only
 --   the sequence row (a new row is locked by nobody else). A sequence row is held until the locking
 --   transaction ends: enqueue sequenced jobs in short transactions (the head's finishing write waits
---   for an enqueuing transaction of the same sequence to end).
+--   for an enqueuing transaction of the same sequence to end). Two transactions that each lock
+--   several sequence rows in different orders -- a batch's finishing write and an enqueue_many over
+--   the same sequences, say -- can deadlock; the server then aborts one (a batch runs again, an
+--   enqueue raises), never both hang.
 
 ALTER TABLE {schema}.jobs ADD COLUMN sequence text;
 ALTER TABLE {schema}.jobs ADD COLUMN sequence_on_failure text
