@@ -174,3 +174,28 @@ def test_bad_sequence_options_are_refused(dsn: str) -> None:
     with pytest.raises(InvalidJob, match="sequence"):
         app.enqueue("other", {}, sequence="")
     app.close()
+
+
+@pytest.mark.parametrize("lease", ["transaction", "claimed"])
+def test_the_asyncio_worker_keeps_sequences_too(dsn: str, db: psycopg.Connection[Any], lease: str) -> None:
+    import asyncio
+
+    aapp = skiplock.AsyncApp(dsn)
+    log: list[tuple[str, int]] = []
+
+    @aapp.task("astep", sequence_by="account", lease=lease, max_attempts=3, retry=0)
+    async def astep(job, account, n):
+        log.append((account, n))
+        await asyncio.sleep(0.01)
+        if n == 2 and job.attempt == 1:
+            raise RuntimeError("once")
+
+    async def main() -> None:
+        await aapp.enqueue_many([("astep", {"account": a, "n": n}) for n in range(5) for a in ("x", "y")])
+        await asyncio.wait_for(aapp.run_async_worker(concurrency=8, max_connections=4, stop_when_empty=True), 60)
+
+    asyncio.run(main())
+    for account in ("x", "y"):
+        assert [n for a, n in log if a == account] == [0, 1, 2, 2, 3, 4]
+    assert db.execute("SELECT count(*) FROM skiplock.jobs WHERE state <> 'done'").fetchone()[0] == 0
+    aapp.app.close()
