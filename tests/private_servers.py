@@ -1,10 +1,11 @@
 """What the test set-up's private servers (mariadb_server.py, pg15_server.py, pgbouncer_server.py)
-share: the distribution package installed as root when missing (else a skip saying what to
-install -- which fails the run in CI, see conftest.py), the non-root OS user a server runs as, a
+share: the distribution package installed as root when missing, one install at a time across the
+test processes (else a skip saying what to install -- which fails the run in CI, see conftest.py), the non-root OS user a server runs as, a
 free loopback port, and files and directories only that user can read."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import shutil
@@ -24,23 +25,43 @@ def binary(name: str) -> str | None:
                                        if p.exists()), None)
 
 
+# apt-get and dpkg allow one installer at a time: the test processes (pytest -n 3) and the servers they
+# need install one after the other under this lock, each re-checking once it holds it.
+APT_LOCK = Path("/run/lock") / "skiplock-tests-apt.lock"
+# How long apt-get itself waits for dpkg's lock held by anything else (an unattended upgrade).
+DPKG_LOCK_WAIT = "600"
+
+
 def apt_install(package: str, hint: str, present: Callable[[], T | None]) -> T:
     """``present()`` once it is not None: as it is, or after ``apt-get install package`` as root
-    (retried after an ``apt-get update``); otherwise skip with ``hint``. The package may start its
-    system service; the tests never use it (their own data dir, socket and port)."""
+    (retried after an ``apt-get update``); otherwise skip with ``hint`` (not root) or fail saying what
+    apt-get said (root: the install itself failed). Installs are serialised across the test processes
+    by :data:`APT_LOCK`. The package may start its system service; the tests never use it (their own
+    data dir, socket and port)."""
     found = present()
     if found is not None:
         return found
     if os.geteuid() != 0:
         pytest.skip(hint)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    done = subprocess.run(["apt-get", "install", "-y", "-q", package], env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
-        done = subprocess.run(["apt-get", "install", "-y", "-q", package], env=env, capture_output=True, text=True)
+    install = ["apt-get", "-o", f"DPkg::Lock::Timeout={DPKG_LOCK_WAIT}", "install", "-y", "-q", package]
+    fd = os.open(APT_LOCK if APT_LOCK.parent.is_dir() else Path("/tmp") / APT_LOCK.name,
+                 os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another test process may be installing (this or another package)
+        found = present()
+        if found is not None:
+            return found
+        done = subprocess.run(install, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            subprocess.run(["apt-get", "-o", f"DPkg::Lock::Timeout={DPKG_LOCK_WAIT}", "update", "-q"], env=env,
+                           capture_output=True)
+            done = subprocess.run(install, env=env, capture_output=True, text=True)
+    finally:
+        os.close(fd)  # releases the lock
     found = present()
     if found is None:
-        pytest.skip(f"{hint} (apt-get install failed: {done.stderr.strip()[-300:]})")
+        pytest.fail(f"{hint}: `{' '.join(install)}` failed: {done.stderr.strip()[-600:]}")
     return found
 
 

@@ -3,9 +3,10 @@
 Every method is written out here with :class:`App`'s parameters and types (mypy and IDEs see them;
 tests/unit/test_async_api.py checks they match App's). Each call runs the synchronous core in a
 thread (``asyncio.to_thread``), so behaviour and guarantees are identical. The exception is
-enqueueing on the caller's ``psycopg.AsyncConnection``: the arguments are checked by the same code
-as App's, and the statements, retries and errors come from the same steps generators as the sync
-path (backend/postgres/steps.py), here driven by the async driver on the caller's connection,
+enqueueing on the caller's asyncio connection (a ``psycopg.AsyncConnection``; on MySQL/MariaDB an
+asyncmy or aiomysql connection): the arguments are checked by the same code as App's, and the
+statements, retries and errors come from the same steps generators as the sync path
+(backend/postgres/steps.py, backend/mysql/steps.py), here driven by the async driver on the caller's connection,
 inside the caller's transaction. ``async def`` handlers are supported by the worker itself (each
 slot runs them on its own loop).
 """
@@ -81,7 +82,8 @@ class AsyncApp:
                       priority: int | None = None, run_at: datetime | None = None, delay: float | timedelta | None = None,
                       max_attempts: int | None = None, unique_key: str | None = None, on_conflict: str = "return",
                       conn: Any = None, partition: str | None = None, sequence: str | None = None) -> int:
-        """:meth:`App.enqueue`; with an ``AsyncConnection`` the job exists only if the caller commits
+        """:meth:`App.enqueue`; with an asyncio connection (``AsyncConnection``; asyncmy/aiomysql on
+        MySQL) the job exists only if the caller commits
         (the same checks, statements, retries and errors as App.enqueue on a connection)."""
         if not is_async_connection(conn):
             return await asyncio.to_thread(
@@ -108,7 +110,7 @@ class AsyncApp:
     async def enqueue_many(self, jobs: Iterable[tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], Mapping[str, Any]]],
                            *, conn: Any = None) -> list[int]:
         """:meth:`App.enqueue_many` (item options ``unique_key`` and ``on_conflict`` included),
-        also on an ``AsyncConnection``: the same checks (a bad item is refused by index before
+        also on an asyncio connection (``AsyncConnection``; asyncmy/aiomysql on MySQL): the same checks (a bad item is refused by index before
         anything is sent), then the sync path's steps in the caller's transaction -- one INSERT
         statement whatever the batch size (the COPY path of large batches is sync only); with
         unique keys the same undoable attempts (the backend's ``keyed_batch``), so a refusal leaves the
@@ -234,7 +236,8 @@ class AsyncApp:
         database connections. Transaction lease: ``job.conn`` is a psycopg ``AsyncConnection`` whose
         transaction is the lease (its writes commit with the job); claimed lease: an in-flight job holds
         no connection (``job.conn`` is None), its lease renewed in batches. Cancelling this coroutine
-        stops claiming and lets the jobs in flight finish. See docs/asyncio.md."""
+        stops claiming and lets the jobs in flight finish. PostgreSQL only: on MySQL/MariaDB it raises
+        ConfigurationError (use :meth:`run_worker`). See docs/asyncio.md."""
         from .worker.aio_worker import AsyncWorker
 
         worker = AsyncWorker(self.app, queues, concurrency, max_connections=max_connections,

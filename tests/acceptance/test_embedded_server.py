@@ -83,17 +83,22 @@ def test_embedded_server_starts_and_is_reused_by_a_normal_user():
         assert stop.returncode == 0, stop.stderr
 
 
-def test_embedded_server_as_the_current_user_via_the_api(tmp_path):
+def test_embedded_server_as_the_current_user_via_the_api():
     import skiplock
 
-    app = skiplock.App(data_dir=tmp_path / "pg")
+    # Not pytest's tmp_path: as root the server runs as another OS user, which must traverse the data
+    # directory's parents, and any pytest session that starts on the machine resets the mode of
+    # /tmp/pytest-of-<user> to 0700 (so would another user's cleaner); a directory of its own is ours.
+    base = Path(tempfile.mkdtemp(prefix="skiplock-api-"))
+    app = skiplock.App(data_dir=base / "pg")
     try:
         app.migrate()
         job_id = app.enqueue("t", {"n": 1})
         assert app.get_job(job_id).state == "queued"
-        assert app.embedded_server is not None and app.embedded_server.data_dir == (tmp_path / "pg").resolve()
+        assert app.embedded_server is not None and app.embedded_server.data_dir == (base / "pg").resolve()
     finally:
         app.close()
         from skiplock.backend.postgres import embedded
 
-        embedded.stop_server(tmp_path / "pg")
+        embedded.stop_server(base / "pg")
+        shutil.rmtree(base, ignore_errors=True)

@@ -10,7 +10,6 @@ Chromium: ``apt-get install -y chromium`` (done here when root and it is missing
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from typing import Iterator
 import pytest
 
 import browser_app
+from private_servers import apt_install
 from support import wait_for
 
 ARTIFACTS = Path(__file__).with_name("artifacts")
@@ -29,11 +29,9 @@ TOKEN = "browser-operator-token-0123456789"
 
 
 def chromium() -> str:
-    if not os.path.exists(CHROMIUM) and os.geteuid() == 0 and shutil.which("apt-get"):
-        subprocess.run(["apt-get", "install", "-y", "chromium"], check=False, capture_output=True)
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"the browser tests need Chromium at {CHROMIUM}: apt-get install -y chromium")
-    return CHROMIUM
+    found = apt_install("chromium", f"the browser tests need Chromium at {CHROMIUM}: apt-get install -y chromium",
+                        lambda: CHROMIUM if os.path.exists(CHROMIUM) else None)
+    return found
 
 
 @pytest.fixture(scope="module")  # not session: a running sync_playwright leaves an event loop running in the main thread, which breaks every later asyncio.run()

@@ -2,11 +2,11 @@
 directory, run against the suite's own private MariaDB 10.11 (restarted by the tests) with the same
 tasks (faults_tasks.py), the same real ``skiplock worker`` processes and the same invariants, each
 adding its row to the summary table printed at the end of the run (scenario names end in "MariaDB").
+The shared part (the server, a test's database, the verdict) is mariadb_faults.py; the claimed
+lease's SIGSTOP and the misbehaving handlers are test_fault_mariadb_more.py. Sizes are smaller than
+PostgreSQL's to keep the suite's time.
 
-Transaction lease only: the claimed lease (and so "SIGSTOP past a claimed lease") is not on the
-MySQL backend of this revision. Sizes are smaller than PostgreSQL's to keep the suite's time.
-
-- SIGKILL of random workers while four drain the queue;
+- SIGKILL of random workers while four drain the queue, in both lease modes;
 - ``KILL CONNECTION`` of the lease session of a job in flight (an operator, a dying proxy);
 - a server restart (clean SIGTERM, and SIGKILL: a crash InnoDB recovers from) while 4 workers run,
   then the server down for 2 s: the workers reconnect on their own;
@@ -25,152 +25,27 @@ from __future__ import annotations
 
 import random
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
-from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import pytest
 
-import faults_tasks
-from faults_support import HERE, APP, StallProxy, Verdict, WorkerProc, cli_env, executions, kill_all, record, wait_for
+from faults_support import StallProxy, executions, record, wait_for
 from faults_tasks import HANG_TIMEOUT
-from mariadb_server import MariaDB, drop_database, fresh_database, start
+from mariadb_faults import Db, maria, mdb, producer  # noqa: F401 - the fixtures
 
-EFFECTS_DDL = ("CREATE TABLE effects (id BIGINT AUTO_INCREMENT PRIMARY KEY, job_id BIGINT NOT NULL, "
-               "attempt INT NOT NULL, pid INT NOT NULL, lease VARCHAR(16) NOT NULL, KEY (job_id)) ENGINE=InnoDB")
-
-
-@pytest.fixture(scope="module")
-def maria() -> Iterator[MariaDB]:
-    """The fault suite's own MariaDB (the restart test stops it: never the session's shared one)."""
-    server = start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-class Db:
-    """A test's database on the fault server: DSNs, a query helper that reconnects each time (the
-    server may have been restarted), and the workers (killed at the end)."""
-
-    def __init__(self, server: MariaDB, tmp: Path):
-        self.server, self.tmp = server, tmp
-        self.name = fresh_database(server)
-        self.exec_dir = tmp / "exec"
-        self.exec_dir.mkdir()
-        self.procs: list[WorkerProc] = []
-
-    def dsn(self, port: int | None = None) -> str:
-        dsn = "mariadb://" + self.server.dsn(self.name)[len("mysql://"):]
-        return dsn if port is None else dsn.replace(f":{self.server.port}/", f":{port}/")
-
-    def rows(self, query: str, params: Any = None) -> list[tuple[Any, ...]]:
-        with self.server.connect(self.name, connect_timeout=5) as c, c.cursor() as cur:
-            cur.execute(query, params)
-            return [tuple(r) for r in cur.fetchall()]
-
-    def scalar(self, query: str, params: Any = None) -> Any:
-        found = self.rows(query, params)
-        return found[0][0] if found else None
-
-    def worker(self, *, concurrency: int = 2, port: int | None = None, env: dict[str, str] | None = None,
-               extra: Sequence[str] = ()) -> WorkerProc:
-        log_path = self.tmp / f"worker{len(self.procs)}.log"
-        argv = [sys.executable, "-m", "skiplock", "--quiet", "worker", "--app", APP, "--concurrency",
-                str(concurrency), "--poll-interval", "0.05", "--no-maintenance", *extra]
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(argv, cwd=HERE, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    env=cli_env(FAULTS_EXEC_DIR=str(self.exec_dir), SKIPLOCK_DSN=self.dsn(port),
-                                                **(env or {})))
-        wp = WorkerProc(proc, log_path)
-        self.procs.append(wp)
-        return wp
-
-    def serving(self, wp: WorkerProc, timeout: float = 30) -> None:
-        """Until ``wp`` is registered in the workers table (its run has begun: signal handlers installed)."""
-        def registered() -> bool:
-            try:
-                return bool(self.scalar("SELECT COUNT(*) FROM skiplock_workers WHERE pid = %s", (wp.pid,)))
-            except Exception:  # noqa: BLE001 - the server is restarting
-                return False
-        wait_for(lambda: not wp.alive() or registered(), timeout, f"worker {wp.pid} to serve", on_timeout=wp.tail)
-        assert wp.alive(), f"worker {wp.pid} exited at start\n{wp.tail()}"
-
-    def stop(self, procs: Sequence[WorkerProc]) -> dict[int, int]:
-        for wp in procs:
-            self.serving(wp)
-            wp.signal(signal.SIGTERM)
-        return {wp.pid: wp.wait() for wp in procs}
-
-    def ids_in(self, ids: Sequence[int]) -> str:
-        return ",".join(str(int(i)) for i in ids) or "-1"  # ints only: safe to inline
-
-    def unfinished(self, ids: Sequence[int]) -> int:
-        return int(self.scalar(f"SELECT COUNT(*) FROM skiplock_jobs WHERE id IN ({self.ids_in(ids)}) "
-                               "AND state NOT IN ('done', 'failed')"))
-
-    def states(self, ids: Sequence[int]) -> dict[str, int]:
-        return dict(self.rows(f"SELECT state, COUNT(*) FROM skiplock_jobs WHERE id IN ({self.ids_in(ids)}) "
-                              "GROUP BY state"))
-
-    def verdict(self, ids: Sequence[int]) -> Verdict:
-        """faults_support.verdict's invariants, read from MariaDB."""
-        ids = list(ids)
-        inl = self.ids_in(ids)
-        rows = {r[0]: (r[1], r[2]) for r in self.rows(f"SELECT id, state, last_error FROM skiplock_jobs WHERE id IN ({inl})")}
-        effects = Counter({r[0]: int(r[1]) for r in self.rows(
-            f"SELECT job_id, COUNT(*) FROM effects WHERE job_id IN ({inl}) GROUP BY job_id")})
-        wanted = set(ids)
-        runs = Counter(j for j, _, _ in executions(self.exec_dir) if j in wanted)
-        state = lambda i: rows.get(i, ("",))[0]  # noqa: E731
-        return Verdict(
-            jobs=len(ids), states=dict(Counter(s for s, _ in rows.values())),
-            lost=[i for i in ids if state(i) not in ("done", "failed")],
-            finished_twice=[i for i in ids if effects[i] > 1],
-            done_without_effect=[i for i in ids if state(i) == "done" and effects[i] != 1],
-            failed_with_effect=[i for i in ids if state(i) == "failed" and effects[i] > 0],
-            failed_without_reason=[i for i in ids if state(i) == "failed" and not (rows[i][1] or "").strip()],
-            executions=sum(runs.values()), reexecuted_jobs=sum(1 for n in runs.values() if n > 1),
-            duplicated_executions=sum(n - 1 for n in runs.values()),
-            leftovers={"job_attempts": int(self.scalar(f"SELECT COUNT(*) FROM skiplock_job_attempts WHERE job_id IN ({inl})")),
-                       "running": int(self.scalar(f"SELECT COUNT(*) FROM skiplock_jobs WHERE id IN ({inl}) "
-                                                  "AND state = 'running'"))})
-
-    def close(self) -> None:
-        kill_all(self.procs)
-        if self.server.process.poll() is not None:
-            self.server.resume()
-        drop_database(self.server, self.name)
-
-
-@pytest.fixture
-def mdb(maria: MariaDB, tmp_path: Path) -> Iterator[Db]:
-    if maria.process.poll() is not None:  # a failed test may have left it stopped
-        maria.resume()
-    d = Db(maria, tmp_path)
-    d.rows(EFFECTS_DDL)
-    yield d
-    d.close()
-
-
-@pytest.fixture
-def producer(mdb: Db) -> Iterator[faults_tasks.FaultsApp]:
-    app = faults_tasks.build_app(mdb.dsn())
-    app.migrate()
-    yield app
-    app.close()
-
-
-def test_mariadb_sigkill_random_workers_during_a_run(mdb: Db, producer: Any) -> None:
-    ids = producer.enqueue_many([("txn_effect", {"sleep": 0.05}) for _ in range(800)])
+@pytest.mark.parametrize("lease", ["transaction", "claimed"])
+def test_mariadb_sigkill_random_workers_during_a_run(lease: str, mdb: Db, producer: Any) -> None:
+    """Claimed lease: a killed worker's jobs stay ``running`` until their lease (2 s) expires and a
+    live worker's rescuer (every 0.5 s) returns them; their handlers then run again (at least once)."""
+    task = "txn_effect" if lease == "transaction" else "claimed_effect"
+    ids = producer.enqueue_many([(task, {"sleep": 0.05}) for _ in range(800)])
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     started = time.monotonic()
-    running = [mdb.worker() for _ in range(4)]
+    claimed = lease == "claimed"
+    running = [mdb.worker(maintenance=claimed) for _ in range(4)]
     killed = []
     while len(killed) < 6 and mdb.unfinished(ids) > 100:
         for wp in running:
@@ -181,7 +56,7 @@ def test_mariadb_sigkill_random_workers_during_a_run(mdb: Db, producer: Any) -> 
         victim.signal(signal.SIGKILL)
         assert victim.wait() == -signal.SIGKILL
         killed.append(victim)
-        running.append(mdb.worker())
+        running.append(mdb.worker(maintenance=claimed))
     wait_for(lambda: mdb.unfinished(ids) == 0, 120, f"all {len(ids)} jobs to finish",
              on_timeout=lambda: f"{mdb.states(ids)}\n{running[0].tail()}")
     codes = mdb.stop(running)
@@ -189,7 +64,7 @@ def test_mariadb_sigkill_random_workers_during_a_run(mdb: Db, producer: Any) -> 
     killed_pids = {w.pid for w in killed}
     committed = set(mdb.rows(f"SELECT job_id, pid FROM effects WHERE job_id IN ({mdb.ids_in(ids)})"))
     cut_short = {(j, p) for j, _, p in executions(mdb.exec_dir) if p in killed_pids and (j, p) not in committed}
-    record("SIGKILL random workers (MariaDB)", "transaction", v, f"{len(killed)} SIGKILL", time.monotonic() - started,
+    record("SIGKILL random workers (MariaDB)", lease, v, f"{len(killed)} SIGKILL", time.monotonic() - started,
            note=f"seed {seed}; {len(cut_short)} handler run(s) cut short by a kill")
     assert v.problems() == [], f"seed {seed}: {v.problems()}"
     assert v.states == {"done": len(ids)}, v.states

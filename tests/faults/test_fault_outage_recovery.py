@@ -129,6 +129,11 @@ def test_a_relay_resumes_after_an_outage_and_reports_it_once(fault_server, fdsn,
             app.outbox.put("t", {"n": 1})  # the same App: its pool did not stay broken
             wait_for(lambda: sink.payloads == [{"n": 0}, {"n": 1}], 60, "the message put after the outage",
                      on_timeout=lambda: str(sink.payloads))
+            # The polling pass can deliver before the listener's own reconnect (woken by the readiness
+            # probe, up to ~1 s later) has ended the episode: wait for that report before stopping.
+            wait_for(lambda: any(r.levelno == logging.INFO and "reconnected to the database after" in r.getMessage()
+                                 for r in list(caplog.records)), 30, "the relay to report that it reconnected",
+                     on_timeout=lambda: str([r.getMessage() for r in caplog.records]))
     finally:
         relay.stop()
         app.close()

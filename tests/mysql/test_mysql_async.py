@@ -1,7 +1,7 @@
 """AsyncApp on MariaDB without an async driver connection: its verbs run the sync App's in a thread
 (aio.py), so they work on the MySQL backend as they are -- enqueue, enqueue_many with keys, counts,
 and ``wait``, woken by the finishing write's notice (backend/mysql/notifications.py). Enqueueing on
-the caller's own asyncio MySQL connection (``run_async``) is not implemented yet (docs/mysql.md)."""
+the caller's own asyncio MySQL connection (``run_async``) is test_mysql_async_conn.py."""
 
 from __future__ import annotations
 

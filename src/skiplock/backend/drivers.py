@@ -8,6 +8,8 @@ from typing import Any
 
 
 def is_async_connection(conn: Any) -> bool:
-    """A connection of an async driver (``psycopg.AsyncConnection``): its ``execute`` is a coroutine
+    """A connection of an asyncio driver: its ``execute`` (``psycopg.AsyncConnection``) or its
+    ``commit`` (asyncmy's and aiomysql's connections, which have no ``execute``) is a coroutine
     function. The backend then runs the statement steps on it with ``run_async``."""
-    return conn is not None and inspect.iscoroutinefunction(getattr(conn, "execute", None))
+    return conn is not None and any(inspect.iscoroutinefunction(getattr(conn, name, None))
+                                    for name in ("execute", "commit"))

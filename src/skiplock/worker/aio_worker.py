@@ -150,8 +150,10 @@ class AsyncWorker:
                                      f"are not run by the asyncio worker yet: run them on App.worker()")
         opener = getattr(backend, "async_leasing", None)
         if opener is None:
-            raise ConfigurationError(f"the asyncio worker needs a backend with asyncio lease verbs (PostgreSQL); "
-                                     f"{type(backend).__name__} has none: use App.worker()")
+            raise ConfigurationError(f"the asyncio worker (run_async_worker) runs on PostgreSQL only: "
+                                     f"{type(backend).__name__} has no asyncio lease verbs; run `await "
+                                     f"aapp.run_worker(...)` (the threaded worker, async def handlers "
+                                     f"included) or App.worker() instead")
         self.leasing = leasing = opener(self.max_connections)
         await leasing.open()
         self._slots = asyncio.Semaphore(self.concurrency)

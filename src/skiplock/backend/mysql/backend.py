@@ -15,8 +15,10 @@ What it guarantees, as PostgresBackend does (docs/guarantees.md, docs/mysql.md):
 - only skiplock errors leave it; no message or repr carries the password; identifiers are the
   validated, quoted table names of :func:`names`; every value is a bound parameter.
 
-Not yet (issue 12; see docs/mysql.md): the verbs of NOT_IMPLEMENTED below, keyed batches, the
-outbox and ``AsyncApp``. Those raise :class:`NotImplementedError` naming the issue.
+Not yet (issue 12; see docs/mysql.md): the outbox (``outbox_store`` raises
+:class:`NotImplementedError` naming the issue) and the asyncio worker (it has no asyncio lease
+verbs: ``run_async_worker`` refuses this backend). ``AsyncApp`` enqueues on the caller's asyncio
+connection through ``run_async`` (producing.py, steps.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The seam's error translation for PyMySQL: the driver's errors become skiplock's.
+"""The seam's error translation for PyMySQL (and the asyncio drivers' errors, steps.py): the
+driver's errors become skiplock's.
 
 - a session that is gone (the client's 2000-range errors: 2003 cannot connect, 2006 server gone
   away, 2013 lost connection; the server's 1927 connection killed, 4031 disconnected for
@@ -32,8 +33,19 @@ def code(exc: BaseException) -> int | None:
     return args[0] if args and isinstance(args[0], int) else None
 
 
+def _kinds(exc: BaseException) -> set[str]:
+    return {k.__name__ for k in type(exc).__mro__}
+
+
+def is_driver_error(exc: BaseException) -> bool:
+    """An error of PyMySQL (and so of aiomysql, which raises PyMySQL's) or of asyncmy: each derives
+    from a ``MySQLError`` of its own (asyncmy's is not PyMySQL's, and the backend imports neither
+    asyncio driver: it is given their connections)."""
+    return isinstance(exc, pymysql.err.MySQLError) or "MySQLError" in _kinds(exc)
+
+
 def connection_lost(exc: BaseException) -> bool:
-    if isinstance(exc, pymysql.err.InterfaceError):
+    if isinstance(exc, pymysql.err.InterfaceError) or (is_driver_error(exc) and "InterfaceError" in _kinds(exc)):
         return True
     return code(exc) in SESSION_GONE
 

@@ -1,15 +1,18 @@
-"""Producing jobs on MySQL/MariaDB: single, many (in chunks), unique; the statement steps."""
+"""Producing jobs on MySQL/MariaDB: single, many (in chunks), unique; written once as statement
+steps (steps.py), run on PyMySQL (``run``) and on the caller's asyncio connection (``run_async``)."""
 
 from __future__ import annotations
 
-from typing import Any, Generator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from ...errors import DuplicateJob
+from ...errors import ConfigurationError, DuplicateJob
 from ..base import NewJob
 from ..keyed import same_keys
 from .connections import MySQLConnections
-from .errors import translated
-from .sql import ENQUEUE_CHUNK, NOT_YET, T, _OnConn, _drive, _naive_utc
+from .errors import connection_lost, translate
+from .lease import MySQLLease
+from .sql import ENQUEUE_CHUNK, T, _naive_utc
+from .steps import OWN_TRANSACTION, Statement, Steps, run, run_async, undo
 
 
 class KeyedBatch:
@@ -30,53 +33,22 @@ class Producing(MySQLConnections):
     # ---- producing -----------------------------------------------------------------------------
 
     def _enqueue_on(self, conn: Any, jobs: Sequence[NewJob]) -> list[int]:
-        ids: list[int] = []
-        chunk = ENQUEUE_CHUNK if self._autoinc_consecutive else 1
-        with conn.cursor() as cur:
-            for start in range(0, len(jobs), chunk):
-                part = jobs[start:start + chunk]
-                sql = self.q["enqueue_many"].replace("{rows}", ", ".join([self.q["enqueue_row"]] * len(part)))
-                params: list[Any] = []
-                for j in part:
-                    params += [j.queue, j.task, j.args_json, j.priority, j.max_attempts, _naive_utc(j.run_at)]
-                cur.execute(sql, params)
-                first = int(cur.lastrowid)
-                ids += range(first, first + len(part))
-        return ids
+        """``enqueue_steps`` on a PyMySQL connection of the backend's own (operating.py's tick)."""
+        return self.run(self.enqueue_steps(jobs), conn)
 
     def enqueue(self, jobs: Sequence[NewJob], conn: Any = None) -> list[int]:
         """Insert ``jobs``; ids in input order. On ``conn`` (the caller's PyMySQL connection): in its
-        transaction, not committed here (the jobs exist only if it commits)."""
+        transaction, not committed here (the jobs exist only if it commits); a connection in
+        autocommit mode gets a transaction of its own for the call (all the jobs or none)."""
         if not jobs:
             return []
-        if conn is not None:
-            with translated(self.dsn):
-                return self._enqueue_on(conn, jobs)
-        with self._transaction() as c:
-            return self._enqueue_on(c, jobs)
-
-    def _unique_on(self, conn: Any, job: NewJob, unique_key: str) -> tuple[int, bool]:
-        with conn.cursor() as cur:
-            cur.execute(self.q["enqueue_unique"], {
-                "queue": job.queue, "task": job.task, "args": job.args_json, "priority": job.priority,
-                "max_attempts": job.max_attempts, "run_at": _naive_utc(job.run_at), "unique_key": unique_key})
-            if cur.rowcount == 1:
-                return int(cur.lastrowid), True
-            cur.execute(self.q["unique_key_holder"], {"unique_key": unique_key})
-            row = cur.fetchone()
-        if row is None:  # the holder finished between the two statements: try again
-            return self._unique_on(conn, job, unique_key)
-        return int(row[0]), False
+        return self.run(self.enqueue_steps(jobs), conn)
 
     def enqueue_unique(self, job: NewJob, unique_key: str, conn: Any = None) -> tuple[int, bool]:
         """(id, inserted): the active job holding ``unique_key``, inserted now or already there. A
         concurrent enqueue of the same key waits on the unique index entry until the first commits
         or rolls back (InnoDB's duplicate-key check), so one active job per key."""
-        if conn is not None:
-            with translated(self.dsn):
-                return self._unique_on(conn, job, unique_key)
-        with self._transaction() as c:
-            return self._unique_on(c, job, unique_key)
+        return self.run(self.enqueue_unique_steps(job, unique_key), conn)
 
     def unique_key_holder(self, unique_key: str) -> tuple[int, str] | None:
         with self._conn() as c, c.cursor() as cur:
@@ -91,68 +63,108 @@ class Producing(MySQLConnections):
     def enqueue_keyed(self, batch: "KeyedBatch", conn: Any = None) -> list[int]:
         """``enqueue_many`` with unique keys: ids in input order, an item whose key is held getting the
         holder's id; an item with ``on_conflict="raise"`` meeting a holder raises DuplicateJob and
-        nothing of the call is left (see :meth:`_keyed_on`)."""
+        nothing of the call is left (see :meth:`enqueue_keyed_steps`)."""
         return self.run(self.enqueue_keyed_steps(batch), conn)
 
-    def _keyed_on(self, conn: Any, batch: "KeyedBatch") -> list[int]:
-        """One SAVEPOINT around the call (a BEGIN/COMMIT if ``conn`` is in autocommit): keyed items
-        inserted one by one in key order (INSERT IGNORE, the holder read back: ``_unique_on``) -- so
-        concurrent batches sharing keys wait on each other in the same order and never deadlock --,
-        then the others in one multi-row INSERT. A refusal rolls back to the savepoint. The ids are
-        therefore not ascending in input order when keys are involved (they are on PostgreSQL)."""
-        own = bool(conn.get_autocommit())
-        if own:
-            conn.begin()
-        with conn.cursor() as cur:
-            cur.execute(self.q["keyed_savepoint"])
+    # ---- the statement steps (steps.py): run by ``run`` (PyMySQL) and ``run_async`` (asyncio) ------
+
+    def _insert_steps(self, jobs: Sequence[NewJob]) -> Steps[list[int]]:
+        """Multi-row INSERTs of up to ENQUEUE_CHUNK jobs (one per statement where the server's
+        auto-increment mode does not give a statement consecutive ids); ids from LAST_INSERT_ID()."""
+        ids: list[int] = []
+        chunk = ENQUEUE_CHUNK if self._autoinc_consecutive else 1
+        for start in range(0, len(jobs), chunk):
+            part = jobs[start:start + chunk]
+            sql = self.q["enqueue_many"].replace("{rows}", ", ".join([self.q["enqueue_row"]] * len(part)))
+            params: list[Any] = []
+            for j in part:
+                params += [j.queue, j.task, j.args_json, j.priority, j.max_attempts, _naive_utc(j.run_at)]
+            first = int((yield Statement(sql, params)).lastrowid)
+            ids += range(first, first + len(part))
+        return ids
+
+    def enqueue_steps(self, jobs: Sequence[NewJob]) -> Steps[list[int]]:
+        """:meth:`_insert_steps`; more than one statement on a connection in autocommit mode runs in
+        a transaction of its own, so the call is atomic there too."""
+        many = len(jobs) > (ENQUEUE_CHUNK if self._autoinc_consecutive else 1)
+        own = many and (yield OWN_TRANSACTION)
+        if not own:
+            return (yield from self._insert_steps(jobs))
+        yield Statement("BEGIN")
         try:
+            ids = yield from self._insert_steps(jobs)
+        except Exception:
+            yield from undo(Statement("ROLLBACK"))
+            raise
+        yield Statement("COMMIT")
+        return ids
+
+    def enqueue_unique_steps(self, job: NewJob, unique_key: str) -> Steps[tuple[int, bool]]:
+        """INSERT IGNORE on the active key, then -- if it inserted nothing -- the holder read back; a
+        holder finished between the two statements means trying again."""
+        while True:
+            inserted = yield Statement(self.q["enqueue_unique"], {
+                "queue": job.queue, "task": job.task, "args": job.args_json, "priority": job.priority,
+                "max_attempts": job.max_attempts, "run_at": _naive_utc(job.run_at), "unique_key": unique_key})
+            if inserted.rowcount == 1:
+                return int(inserted.lastrowid), True
+            holder = yield Statement(self.q["unique_key_holder"], {"unique_key": unique_key})
+            if holder.rows:
+                return int(holder.rows[0][0]), False
+
+    def enqueue_keyed_steps(self, batch: Any) -> Steps[list[int]]:
+        """One SAVEPOINT around the call (a BEGIN/COMMIT of its own on a connection in autocommit mode
+        with no transaction open): keyed items inserted one by one in key order (INSERT IGNORE, the
+        holder read back: :meth:`enqueue_unique_steps`) -- so concurrent batches sharing keys wait on
+        each other in the same order and never deadlock --, then the others in one multi-row INSERT.
+        A refusal (DuplicateJob, or the server's) rolls back to the savepoint: the caller's
+        transaction is left as it was. The ids are therefore not ascending in input order when keys
+        are involved (they are on PostgreSQL)."""
+        own = yield OWN_TRANSACTION
+        if own:
+            yield Statement("BEGIN")
+        try:
+            yield Statement(self.q["keyed_savepoint"])
             found: dict[int, int] = {}
             for i in sorted(batch.sent_keyed, key=lambda i: batch.keyed[i][0].encode()):
                 key, on_conflict = batch.keyed[i]
-                job_id, created = self._unique_on(conn, batch.jobs[i], key)
+                job_id, created = yield from self.enqueue_unique_steps(batch.jobs[i], key)
                 if not created and on_conflict == "raise":
                     raise DuplicateJob(f"item {i}: job {job_id} already holds unique_key {key!r}; "
                                        "nothing was enqueued", job_id)
                 found[i] = job_id
             plain = [i for i in batch.sent if i not in batch.keyed]
-            for i, job_id in zip(plain, self._enqueue_on(conn, [batch.jobs[i] for i in plain])):
-                found[i] = job_id
-        except BaseException:
-            with conn.cursor() as cur:
-                cur.execute(self.q["keyed_rollback"])
-            if own:
-                conn.rollback()
+            ids = yield from self._insert_steps([batch.jobs[i] for i in plain])
+            found.update(zip(plain, ids))
+        except Exception:
+            yield from undo(Statement(self.q["keyed_rollback"]), *([Statement("ROLLBACK")] if own else []))
             raise
-        with conn.cursor() as cur:
-            cur.execute(self.q["keyed_release"])
+        yield Statement(self.q["keyed_release"])
         if own:
-            conn.commit()
+            yield Statement("COMMIT")
         return [found[batch.same_as.get(i, i)] for i in range(len(batch.jobs))]
 
-    # The statement steps (App.enqueue's protocol, see backend/postgres/steps.py): what a step is is
-    # the backend's own business. A MySQL step is an _OnConn -- a function of the connection, since
-    # ids come from LAST_INSERT_ID() rather than rows a statement returns -- run by ``run``.
+    def run(self, steps: Steps[T], conn: Any = None) -> T:
+        """Run steps on ``conn`` (the caller's PyMySQL connection, or a lease: in its transaction),
+        else in a pooled transaction committed at the end. Only skiplock errors leave (and the
+        steps' own); a statement refused on a lease marks it ``in_error`` until its rollback."""
+        if conn is None:
+            with self._transaction() as c:
+                return run(c, steps, self._fail)
 
-    def enqueue_steps(self, jobs: Sequence[NewJob]) -> Generator[Any, Any, list[int]]:
-        ids: list[int] = yield _OnConn(lambda c: self._enqueue_on(c, jobs))
-        return ids
+        def fail(exc: BaseException) -> Exception:
+            if isinstance(conn, MySQLLease) and not connection_lost(exc):
+                conn.refused = True
+            return self._fail(exc)
+        return run(self._raw(conn), steps, fail)
 
-    def enqueue_unique_steps(self, job: NewJob, unique_key: str) -> Generator[Any, Any, tuple[int, bool]]:
-        found: tuple[int, bool] = yield _OnConn(lambda c: self._unique_on(c, job, unique_key))
-        return found
+    async def run_async(self, steps: Steps[T], conn: Any) -> T:
+        """:meth:`run` on the caller's asyncio connection (asyncmy's -- the ``mysql`` extra's --, or
+        aiomysql's), in its transaction: the same steps, awaited (AsyncApp.enqueue/enqueue_many)."""
+        if not (callable(getattr(conn, "get_autocommit", None)) and callable(getattr(conn, "cursor", None))):
+            raise ConfigurationError(f"conn must be an asyncio MySQL connection (asyncmy or aiomysql) on this "
+                                     f"database, got {type(conn).__module__}.{type(conn).__qualname__}")
+        return await run_async(conn, steps, self._fail)
 
-    def enqueue_keyed_steps(self, batch: Any) -> Generator[Any, Any, list[int]]:
-        ids: list[int] = yield _OnConn(lambda c: self._keyed_on(c, batch))
-        return ids
-
-    def run(self, steps: Generator[Any, Any, T], conn: Any = None) -> T:
-        """Run steps on ``conn`` (the caller's PyMySQL connection, in its transaction), else in a
-        pooled transaction committed at the end. Only skiplock errors leave (and the steps' own)."""
-        if conn is not None:
-            with self._on(conn) as raw:
-                return _drive(raw, steps)
-        with self._transaction() as c:
-            return _drive(c, steps)
-
-    async def run_async(self, steps: Generator[Any, Any, T], conn: Any) -> T:
-        raise NotImplementedError(f"AsyncApp is {NOT_YET}")
+    def _fail(self, exc: BaseException) -> Exception:
+        return translate(exc, self.dsn)

@@ -1,5 +1,5 @@
 """The MySQL backend's SQL plumbing: validated, quoted table names; the named statements and the
-migration steps loaded from the .sql files; rows to values; the statement steps' driver."""
+migration steps loaded from the .sql files; rows to values."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import re
 from datetime import datetime, timezone
 from importlib import resources
-from typing import Any, Generator, Mapping, Sequence, TypeVar
+from typing import Any, Mapping, Sequence, TypeVar
 
 from ...errors import ConfigurationError
 from ..base import ClaimedJob
@@ -97,24 +97,3 @@ def _job(row: Sequence[Any]) -> dict[str, Any]:
 def _claimed(row: Sequence[Any]) -> ClaimedJob:
     return ClaimedJob(int(row[0]), row[1], row[2], json.loads(row[3]), int(row[4]), int(row[5]), int(row[6]),
                       _utc(row[7]), _utc(row[8]), _utc(row[9]))
-
-
-class _OnConn:
-    """A statement step of this backend: ``fn(connection)`` gives the step's result."""
-
-    __slots__ = ("fn",)
-
-    def __init__(self, fn: Any):
-        self.fn = fn
-
-
-def _drive(conn: Any, steps: Generator[Any, Any, T]) -> T:
-    sent: Any = None
-    while True:
-        try:
-            step = steps.send(sent)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        if not isinstance(step, _OnConn):
-            raise TypeError(f"not a MySQL statement step: {step!r}")
-        sent = step.fn(conn)
