@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 from .backend.base import Backend
 from .backend.factory import embedded_server as start_embedded_server, open_backend
 from .errors import ConfigurationError, UnknownTask, redact_dsn
-from .flow import NOT_SUPPORTED, check_concurrency, check_partition_by, parse_rate
+from .flow import NOT_SUPPORTED, check_concurrency, check_partition_by, check_sequence_rule, parse_rate
 from .observability.hooks import Hooks
 from .observability.reporting import enqueued
 from .operations import FINISHED, Operations, RetriedJobs, _held_message  # noqa: F401 - public here too
@@ -55,6 +55,10 @@ class Task:
     concurrency: int | None = None
     rate: tuple[int, float] | None = None
     partition_by: str | None = None
+    # sequences (docs/flow-control.md): jobs with the same value of argument ``sequence_by`` run one
+    # at a time in enqueue order; what a job failed for good does to the rest of its sequence
+    sequence_by: str | None = None
+    sequence_on_failure: str = "wait"
 
     @property
     def limited(self) -> bool:
@@ -175,7 +179,8 @@ class App(Producer, Operations):
     def task(self, name: str | None = None, *, queue: str = "default", priority: int = 0, max_attempts: int = 5,
              retry: RetryPolicy | float | None = None, timeout: float | None = None, lease: str = "transaction",
              lease_seconds: float = 60.0, concurrency: int | None = None, rate: str | None = None,
-             partition_by: str | None = None) -> Callable[[Callable[..., Any]], Task]:
+             partition_by: str | None = None, sequence_by: str | None = None,
+             sequence_on_failure: str = "wait") -> Callable[[Callable[..., Any]], Task]:
         """Register ``fn`` as a task. It is called as ``fn(job, **job.args)`` (``async def`` works too).
 
         ``lease="transaction"`` (default): the job runs inside its claim transaction; its writes
@@ -191,8 +196,16 @@ class App(Producer, Operations):
         Flow control (docs/flow-control.md; PostgreSQL only): ``concurrency=N``: at most N jobs of
         this task run at once across every worker process and host; ``rate="100/min"``: at most that
         many starts per period, evenly spaced; ``partition_by="customer"``: both apply per value of
-        that job argument (or per ``partition=`` given at enqueue) instead of to the whole task."""
+        that job argument (or per ``partition=`` given at enqueue) instead of to the whole task.
+
+        Sequences (PostgreSQL only): ``sequence_by="account"``: jobs with the same value of that
+        argument (or the same ``sequence=`` given at enqueue) run one at a time, in enqueue order,
+        across every worker; ``sequence_on_failure``: what a job that failed for good does to the
+        rest of its sequence -- ``"wait"`` (default: they wait until it is retried or cancelled),
+        ``"skip"`` (they go on) or ``"fail"`` (they fail too, saying why)."""
         _check_queue(queue)
+        sequence_by = check_partition_by(sequence_by, "sequence_by")
+        sequence_on_failure = check_sequence_rule(sequence_on_failure)
         concurrency = check_concurrency(concurrency)
         parsed_rate = None if rate is None else parse_rate(rate)
         partition_by = check_partition_by(partition_by)
@@ -213,7 +226,8 @@ class App(Producer, Operations):
             if task_name in self.tasks and self.tasks[task_name].fn is not fn:
                 raise ConfigurationError(f"task {task_name!r} is already registered")
             t = Task(task_name, fn, queue, priority, max_attempts, policy, None if timeout is None else float(timeout),
-                     lease, float(lease_seconds), concurrency, parsed_rate, partition_by)
+                     lease, float(lease_seconds), concurrency, parsed_rate, partition_by, sequence_by,
+                     sequence_on_failure)
             self.tasks[task_name] = t
             return t
 
@@ -276,7 +290,7 @@ class App(Producer, Operations):
     def enqueue(self, task: str, args: Mapping[str, Any] | None = None, *, queue: str | None = None,
                 priority: int | None = None, run_at: datetime | None = None, delay: float | timedelta | None = None,
                 max_attempts: int | None = None, unique_key: str | None = None, on_conflict: str = "return",
-                conn: Any = None, partition: str | None = None) -> int:
+                conn: Any = None, partition: str | None = None, sequence: str | None = None) -> int:
         """Insert one job and return its id. With ``conn`` (a psycopg connection), the insert runs in
         the caller's transaction: the job exists only if the caller commits. Invalid input raises
         :class:`InvalidJob` before anything is sent, so the caller's transaction stays usable.
@@ -286,12 +300,18 @@ class App(Producer, Operations):
         :class:`DuplicateJob` with ``on_conflict="raise"``.
 
         ``partition``: the job's partition for flow control (docs/flow-control.md): its task's
-        limits apply per partition."""
-        job = self._new_job(task, args, queue, priority, run_at, delay, max_attempts, partition)
-        unique_key = _check_unique(unique_key, on_conflict)
+        limits apply per partition.
+
+        ``sequence``: the job's sequence key (docs/flow-control.md, "Sequences"; wins over the task's
+        ``sequence_by``): jobs with the same key run one at a time, in enqueue order. Not with
+        ``unique_key``."""
+        job = self._new_job(task, args, queue, priority, run_at, delay, max_attempts, partition, sequence)
+        unique_key = _check_unique(unique_key, on_conflict, job)
         backend = self._ready()
         if partition is not None:
             self._check_flow_control("a job's partition")
+        if job.sequence is not None:
+            self._check_flow_control("a job's sequence")
         if self.tracing is None:
             job_id = backend.run(_enqueue_steps(backend, job, unique_key, on_conflict), conn)
         else:  # the enqueue span, and its context kept with the job (observability/tracing.py)
@@ -344,6 +364,8 @@ class App(Producer, Operations):
             return []
         if any(j.partition is not None for j in new):
             self._check_flow_control("a job's partition")
+        if any(j.sequence is not None for j in new):
+            self._check_flow_control("a job's sequence")
         if self.tracing is not None:  # the enqueue span, and its context kept with the jobs
             with self.tracing.enqueue(new[0].task, new[0].queue, len(new)) as keep:
                 ids = self._insert_many(new, keyed, conn)

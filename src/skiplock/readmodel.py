@@ -197,6 +197,24 @@ class BoundedCount:
 
 
 @dataclass(frozen=True)
+class QueueLimits:
+    """A queue's flow-control limits (docs/flow-control.md): ``concurrency`` (jobs running at once),
+    ``rate`` ("100/min"), ``fair`` (round-robin across partitions) with its partitions' ``weights``.
+    ``str()``: "concurrency 5, 100/min, fair (a=3)"."""
+
+    concurrency: int | None
+    rate: str | None
+    fair: bool
+    weights: dict[str, int]
+
+    def __str__(self) -> str:
+        fair = ("fair" + (" (" + ", ".join(f"{p}={w}" for p, w in sorted(self.weights.items())) + ")"
+                          if self.weights else "")) if self.fair else ""
+        parts = [f"concurrency {self.concurrency}" if self.concurrency is not None else "", self.rate or "", fair]
+        return ", ".join(p for p in parts if p)
+
+
+@dataclass(frozen=True)
 class QueueSummary:
     """One queue at a glance, read in bounded time at any table size (:meth:`ReadModel.queue_summary`).
 
@@ -205,7 +223,8 @@ class QueueSummary:
     in flight (exact up to the cap). ``head_due_at``/``head_age``: the ready job a worker claims next
     (first in the claim's order: priority, then id) -- when it became due and how long it has waited,
     the queue's latency now; None when nothing is ready. (This is not always the oldest ready job:
-    a higher-priority job is claimed first.) ``paused``: nobody claims from the queue now."""
+    a higher-priority job is claimed first.) ``paused``: nobody claims from the queue now.
+    ``limits``: its flow-control limits (:class:`QueueLimits`), None when it has none."""
 
     queue: str
     counts: dict[str, BoundedCount]
@@ -213,6 +232,7 @@ class QueueSummary:
     head_due_at: datetime | None
     head_age: timedelta | None
     paused: bool
+    limits: QueueLimits | None = None
 
 
 def _limit(limit: Any) -> int:
@@ -451,7 +471,7 @@ class ReadModel(JobReads):
         return [FailureClass(q, c, int(n), at) for q, c, n, at in self.backend.failure_classes(since)]
 
     def queue_summary(self, *, cap: int = 1000) -> list[QueueSummary]:
-        """Every queue with jobs or paused, by name: counts per state and ready jobs exact up to ``cap``
+        """Every queue with jobs, paused or with limits, by name, with its limits: counts per state and ready jobs exact up to ``cap``
         (then estimated), and the head of the queue's wait (see :class:`QueueSummary`). Its cost is
         bounded by the number of queues and ``cap``, not by the table's size (the dashboard's overview
         and queues page); :meth:`counts` and :meth:`oldest_ready` are exact but read every row.
@@ -473,7 +493,7 @@ class ReadModel(JobReads):
 
         def entry(queue: str) -> dict[str, Any]:
             return out.setdefault(queue, {"counts": {s: BoundedCount(0) for s in states}, "ready": BoundedCount(0),
-                                          "head_due_at": None, "head_age": None, "paused": False})
+                                          "head_due_at": None, "head_age": None, "paused": False, "limits": None})
 
         def bounded(n: int, key: tuple[str, str] | None) -> BoundedCount:
             if fetch is None or n <= cap:  # without a bounded path every figure is exact
@@ -485,7 +505,20 @@ class ReadModel(JobReads):
         for queue, ready, due, age, paused in raw["heads"]:
             e = entry(queue)
             e.update(ready=bounded(int(ready or 0), None), head_due_at=due, head_age=age, paused=bool(paused))
+        for queue, limits in self.queue_limits().items():
+            entry(queue)["limits"] = limits
         return [QueueSummary(q, **out[q]) for q in sorted(out)]
+
+    def queue_limits(self) -> dict[str, QueueLimits]:
+        """Every queue's flow-control limits (none on a backend without flow control)."""
+        from .flow import format_rate
+
+        capabilities = getattr(self.backend, "capabilities", None)
+        fetch = getattr(self.backend, "queue_limits", None)
+        if capabilities is None or not capabilities.flow_control or fetch is None:
+            return {}
+        return {q: QueueLimits(c, None if n is None else format_rate(n, p), bool(fair), dict(weights or {}))
+                for q, c, n, p, _at, fair, weights in fetch()}
 
     def oldest_ready(self) -> list[QueueAge]:
         """Per queue with jobs due now: how many wait, and the oldest one's age."""

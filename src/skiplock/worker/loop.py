@@ -129,7 +129,6 @@ class Worker:
         self.rescue_interval = rescue_interval
         self.metrics_interval = metrics_interval  # seconds between samples of the queue gauges (metrics on)
         self.fail_unknown_tasks = bool(fail_unknown_tasks)
-        self._claim_tasks: list[str] | None = None  # set by run(): the task names claimed (None: every one)
         self.flow: FlowControl | None = None  # set by run(): the flow claim (worker/flow.py)
         self._flow_first: dict[int, bool] = {}  # per slot: which claim goes first next (they alternate)
         self._flow_rest: dict[int, float] = {}  # per slot: no flow claim first before this (it found none)
@@ -194,6 +193,14 @@ class Worker:
 
     # ---- running -------------------------------------------------------------------------------
 
+    @property
+    def _claim_tasks(self) -> list[str] | None:
+        """The tasks the plain claim takes (None: every one): those without flow limits now (task
+        limits can change at runtime: worker/flow.py re-reads them)."""
+        if self.fail_unknown_tasks or self.flow is None:
+            return None
+        return self.flow.unlimited_tasks
+
     def run(self, stop_when_empty: bool = False) -> WorkerStats:
         """Run until stopped (or, with ``stop_when_empty``, until no job is available)."""
         self.app._ready()  # clear error now if the database or schema is not usable
@@ -201,7 +208,6 @@ class Worker:
         self._stop_when_empty = stop_when_empty
         # Flow-controlled tasks (limits in code) are claimed by the flow claim only (worker/flow.py).
         self.flow = FlowControl(self.app, self.queues, self.fail_unknown_tasks)
-        self._claim_tasks = None if self.fail_unknown_tasks else self.flow.unlimited_tasks
         presence = Presence(self.app.backend, self.name, list(self.app.tasks), self.queues, concurrency=self.concurrency)
         self.services.append(presence)
         quiet_driver_noise()
