@@ -99,6 +99,6 @@ def test_mypy_sees_async_app_methods_and_their_types():
         'note: Revealed type is "list[tuple[str, str, int]]"',
         'note: Revealed type is "skiplock.operations.RetriedJobs"',
         'note: Revealed type is "Any"',
-        'note: Revealed type is "skiplock.worker.loop.WorkerStats"',
+        'note: Revealed type is "skiplock.worker.stats.WorkerStats"',
         'error: Argument 1 to "get_job" of "AsyncApp" has incompatible type "str"; expected "int"  [arg-type]',
     ], out + result.stderr

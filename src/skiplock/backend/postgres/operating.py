@@ -13,7 +13,7 @@ from psycopg.rows import dict_row
 
 from ...errors import DatabaseError, DatabaseUnavailable
 from ..base import NewJob
-from .connections import row_of
+from .connecting import row_of
 from .errors import UNIQUE_VIOLATION, translate
 from .producing import KEYED_ATTEMPTS, Producing
 
