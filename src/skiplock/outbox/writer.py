@@ -54,8 +54,9 @@ class Outbox:
     once on a pooled connection. A relay (``app.relay(sink)`` / ``skiplock relay``) delivers it.
     ``await put_async(..., conn=async_conn)`` does the same on a ``psycopg.AsyncConnection``.
 
-    Every put also sends one NOTIFY (channel ``skiplock``, payload ``outbox:<schema>``), delivered
-    when the transaction commits, so idle relays wake at once instead of at their next poll. Set
+    On PostgreSQL every put also sends one NOTIFY (channel ``skiplock``, payload ``outbox:<schema>``),
+    delivered when the transaction commits, so idle relays wake at once instead of at their next poll
+    (on MySQL/MariaDB relays poll the outbox's MAX(id) instead; a put sends nothing). Set
     ``notify = False`` to send none (relays then find messages by polling): a committing
     transaction that has notified takes a cluster-wide lock for its commit, so producers that
     commit many small transactions at once serialise there.
@@ -97,8 +98,9 @@ class Outbox:
             idempotency_key: str | None = None, max_attempts: int | None = None) -> MessageRef:
         """Store one message; returns its id and idempotency key.
 
-        - ``conn``: a psycopg connection; the message is written in its current transaction and
-          exists only if the caller commits. A rolled-back transaction publishes nothing.
+        - ``conn``: the caller's driver connection (psycopg; PyMySQL on the MySQL backend); the
+          message is written in its current transaction and exists only if the caller commits. A
+          rolled-back transaction publishes nothing.
         - ``key``: ordering key. Messages with the same key are delivered one at a time in commit
           order. Costs: writers of one key serialise (a transaction-scoped lock on the key is held
           until the writer commits), and one slow or failing message holds up its key's later ones.

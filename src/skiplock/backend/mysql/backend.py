@@ -15,10 +15,9 @@ What it guarantees, as PostgresBackend does (docs/guarantees.md, docs/mysql.md):
 - only skiplock errors leave it; no message or repr carries the password; identifiers are the
   validated, quoted table names of :func:`names`; every value is a bound parameter.
 
-Not yet (issue 12; see docs/mysql.md): the outbox (``outbox_store`` raises
-:class:`NotImplementedError` naming the issue) and the asyncio worker (it has no asyncio lease
-verbs: ``run_async_worker`` refuses this backend). ``AsyncApp`` enqueues on the caller's asyncio
-connection through ``run_async`` (producing.py, steps.py).
+Not yet (issue 12; see docs/mysql.md): the asyncio worker (it has no asyncio lease verbs:
+``run_async_worker`` refuses this backend). ``AsyncApp`` enqueues, and the outbox puts, on the
+caller's asyncio connection through ``run_async`` (producing.py, steps.py); the outbox is outbox.py.
 """
 
 from __future__ import annotations
@@ -123,7 +122,10 @@ class MySQLBackend(Leasing, Producing, Operating):
         return MySQLTesting(self)
 
     def outbox_store(self) -> Any:
-        raise NotImplementedError(f"the outbox is {NOT_YET}")
+        """The transactional outbox's operations on this database (outbox.py, outbox.sql)."""
+        from .outbox import MySQLOutboxStore
+
+        return MySQLOutboxStore(self)
 
 
 def _not_yet(name: str) -> Any:
@@ -141,9 +143,9 @@ def _not_yet(name: str) -> Any:
 
 # The port's verbs this slice does not implement yet (docs/mysql.md lists them): present, so the
 # backend satisfies the port's shape, and each says so when called.
-# The dashboard's statements (its job list and bulk actions, the overview's throughput, the audit log):
-# the web dashboard is PostgreSQL-only until they exist here; `skiplock dashboard` says so at start.
-NOT_IMPLEMENTED: tuple[str, ...] = ("throughput", "find_jobs", "matching_job_ids", "delete_finished_jobs",
-                                    "audit_rows", "audit_write")
+# The dashboard's statements (its job list and bulk actions, the overview's throughput; the audit log
+# is in operating.py): the web dashboard is PostgreSQL-only until they exist here; `skiplock dashboard`
+# says so at start.
+NOT_IMPLEMENTED: tuple[str, ...] = ("throughput", "find_jobs", "matching_job_ids", "delete_finished_jobs")
 for _name in NOT_IMPLEMENTED:
     setattr(MySQLBackend, _name, _not_yet(_name))

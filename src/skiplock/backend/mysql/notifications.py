@@ -18,13 +18,16 @@ the source of truth: slots still poll, and an auto-increment id committed out of
 committing after a higher one was seen) is caught for notices by re-reading the last two seconds'
 rows (deduplicated), and for enqueues by the slots' own polling.
 
+The outbox relays use the same class on their own ``poll`` (outbox.sql): a put commits outbox rows,
+so MAX(outbox.id) grows and the relays wake; a put writes nothing extra for it.
+
 A dead session raises :class:`~skiplock.errors.ConnectionLost`; only skiplock errors leave.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import pymysql
 
@@ -42,11 +45,14 @@ class MySQLNotifications:
     """The notices and enqueues of one autocommit session, as payloads (see the module doc)."""
 
     def __init__(self, conn: Any, backend: "MySQLConnections", *, min_interval: float = MIN_INTERVAL,
-                 max_interval: float = MAX_INTERVAL):
+                 max_interval: float = MAX_INTERVAL, queries: Mapping[str, str] | None = None,
+                 wake_payload: str | None = None):
+        """``queries``/``wake_payload``: whose ``poll`` statement to run and the payload a grown
+        MAX(id) gives -- the job queue's by default; the outbox relays' (outbox.py) poll the outbox."""
         self._conn = conn
         self._dsn = backend.dsn
-        self._q = backend.q
-        self._wake = backend.wake_payload
+        self._q = backend.q if queries is None else queries
+        self._wake = backend.wake_payload if wake_payload is None else wake_payload
         self.min_interval = min_interval
         self.max_interval = max_interval
         self._interval = min_interval

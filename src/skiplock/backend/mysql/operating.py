@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import datetime, timedelta
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .connections import MySQLConnections
 from ...errors import DatabaseError, DatabaseUnavailable
@@ -192,6 +192,17 @@ class Operating(MySQLConnections):
                                                "limit": limit})
         return [(uuid.UUID(r[0]), r[1], r[2], r[3], json.loads(r[4]), None if r[5] is None else json.loads(r[5]),
                  r[6], r[7], r[8], int(r[9]), r[10]) for r in rows]
+
+    def audit_write(self, actor: str, action: str, target: Mapping[str, Any], affected: int) -> int:
+        """One row of the dashboard's audit log (migration 5); its id."""
+        with self._conn() as c, c.cursor() as cur:
+            cur.execute(self.q["audit_write"], {"actor": actor, "action": action, "affected": int(affected),
+                                                "target": json.dumps(dict(target), default=str)})
+            return int(cur.lastrowid)
+
+    def audit_rows(self, before: int | None, limit: int) -> list[tuple[Any, ...]]:
+        return [(int(r[0]), r[1], r[2], r[3], json.loads(r[4]), int(r[5]))
+                for r in self._rows("audit_rows", {"before": before, "limit": limit})]
 
     def failure_classes(self, since: datetime | None = None) -> list[tuple[Any, ...]]:
         return [(r[0], r[1], int(r[2]), r[3]) for r in self._rows("failure_classes", {"since": _naive_utc(since)})]

@@ -692,6 +692,20 @@ UNION ALL
 SELECT id, payload FROM {notices}
  WHERE %(want)s = 1 AND (id > %(after)s OR sent_at >= UTC_TIMESTAMP(6) - INTERVAL 2 SECOND);
 
+-- name: audit_write
+-- The dashboard's audit log (migration 5): one row per action, written after it. No RETURNING: the
+-- id is LAST_INSERT_ID() of this statement (the backend reads the cursor's lastrowid).
+INSERT INTO {audit_log} (at, actor, action, target, affected)
+VALUES (UTC_TIMESTAMP(6), %(actor)s, %(action)s, %(target)s, %(affected)s);
+
+-- name: audit_rows
+-- The audit log newest first, keyset on id < %(before)s, at most %(limit)s.
+SELECT id, at, actor, action, target, affected
+  FROM {audit_log}
+ WHERE (%(before)s IS NULL OR id < %(before)s)
+ ORDER BY id DESC
+ LIMIT %(limit)s;
+
 -- name: keyed_savepoint
 -- enqueue_many with unique keys (producing.py, `_keyed_on`): the call is undone as a whole when an
 -- item with on_conflict="raise" meets a holder, leaving the caller's transaction as it was.

@@ -16,7 +16,8 @@ from ..base import ClaimedJob
 T = TypeVar("T")
 
 TABLES = ("jobs", "job_attempts", "job_cancellations", "paused_queues", "schema_version", "migration_steps",
-          "workers", "job_batches", "job_batch_jobs", "job_waiters", "periodic_ticks", "notices")
+          "workers", "job_batches", "job_batch_jobs", "job_waiters", "periodic_ticks", "notices", "outbox",
+          "outbox_keys", "audit_log")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 LOCK_WAIT_SECONDS = 5  # innodb_lock_wait_timeout of every skiplock session
 CLAIM_RETRIES = 5
