@@ -36,7 +36,7 @@ from ...reconnect import quiet_driver_noise
 from ..base import Capabilities
 from .connecting import (CLIENT_TCP, DEFAULT_CONNECT_TIMEOUT, ConnectionBudget, connect, describe_dsn, row_of,
                          session_options, with_connect_timeout)
-from .errors import connection_lost, one_line, translate
+from .errors import connection_lost, one_line, translate, translated
 from .lease import PostgresLease, PostgresSession
 from .notifications import PostgresNotifications
 from .pooler import Pooling, PollingNotifications, detect, report
@@ -109,7 +109,7 @@ class PostgresConnections:
     def pooling(self) -> Pooling:
         """Whether a connection pooler is in between, and its mode (pooler.py), found at the first use."""
         if self._pooling is None:
-            with self._pooling_lock:
+            with self._pooling_lock, translated(self.dsn):  # a driver error mid-detection: skiplock's
                 if self._pooling is None:
                     found = detect(lambda: connect(self.dsn, self.connect_timeout, autocommit=True,
                                                    application_name="skiplock"), self.q["backend_pid"], self.dsn)
