@@ -13,7 +13,7 @@ from email.utils import format_datetime
 import psycopg
 import pytest
 from outbox_receiver import Action
-from outbox_support import FAST_RETRY, all_sent, row, states, wait_for
+from outbox_support import FAST_RETRY, deliveries_by_message, all_sent, row, states, wait_for
 
 import skiplock
 from skiplock.backend.outbox_base import Finish
@@ -39,18 +39,6 @@ def running(relays, sinks, apps) -> Iterator[None]:
             a.close()
 
 
-@pytest.fixture
-def sink(receiver):
-    s = HttpSink(receiver.url, timeout=60)  # generous: a loaded machine must not turn into a retry
-    yield s
-    s.close()
-
-
-def deliveries_by_message(receiver) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for d in receiver.deliveries():
-        out[d.message_id] = out.get(d.message_id, 0) + 1
-    return out
 
 
 def test_messages_committed_out_of_id_order_are_all_delivered(app, dsn, db, receiver, sink):
