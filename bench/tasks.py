@@ -40,6 +40,10 @@ def add_flow_tasks(app: skiplock.App) -> None:
     def noop_fair(job: Any) -> None:
         """A no-op in a fair queue (set by the scenario), partitioned at enqueue."""
 
+    @app.task(name="noop_sequenced", queue="flow_sequences", sequence_by="s")
+    def noop_sequenced(job: Any, s: int) -> None:
+        """A no-op in one of the scenario's sequences (one at a time, in order, per value of ``s``)."""
+
 
 def make_app(dsn: str | None = None) -> skiplock.App:
     done_retention = os.environ.get(RETENTION_ENV)

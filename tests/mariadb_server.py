@@ -127,8 +127,14 @@ def start(timeout: float = 60.0, extra_args: list[str] | None = None) -> MariaDB
     if os.geteuid() == 0:
         os.chmod(root, 0o711)  # the server's user may pass through, not list
     data, sock = home / "data", home / "mysqld.sock"
+    # Its own temporary directory: at start-up every mariadbd (the bootstrap of mariadb-install-db too)
+    # deletes the #sql* files it finds in its tmpdir -- with the default /tmp, the live temporary tables
+    # of the other private servers (pytest -n 3: "Unknown table 'mysql.tmp_user_sys'").
+    tmp = home / "tmp"
+    tmp.mkdir(mode=0o700)
+    os.chown(tmp, user.pw_uid, user.pw_gid)
     password = secrets.token_urlsafe(24)
-    done = subprocess.run([install_db, "--no-defaults", f"--datadir={data}", f"--user={user.pw_name}",
+    done = subprocess.run([install_db, "--no-defaults", f"--datadir={data}", f"--tmpdir={tmp}", f"--user={user.pw_name}",
                            "--auth-root-authentication-method=socket", "--skip-test-db", "--skip-name-resolve"],
                           capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
@@ -137,7 +143,7 @@ def start(timeout: float = 60.0, extra_args: list[str] | None = None) -> MariaDB
     port = free_port()
     log = home / "error.log"
     argv = (
-        server, "--no-defaults", f"--datadir={data}", f"--socket={sock}", f"--port={port}",
+        server, "--no-defaults", f"--datadir={data}", f"--tmpdir={tmp}", f"--socket={sock}", f"--port={port}",
          "--bind-address=127.0.0.1", f"--user={user.pw_name}", f"--pid-file={home / 'mysqld.pid'}",
          f"--log-error={log}", "--skip-name-resolve", "--skip-log-bin", "--innodb-buffer-pool-size=128M",
          "--innodb-flush-log-at-trx-commit=2", "--max-connections=500", "--character-set-server=utf8mb4",

@@ -44,11 +44,13 @@ class AsyncApp:
     def task(self, name: str | None = None, *, queue: str = "default", priority: int = 0, max_attempts: int = 5,
              retry: RetryPolicy | float | None = None, timeout: float | None = None, lease: str = "transaction",
              lease_seconds: float = 60.0, concurrency: int | None = None, rate: str | None = None,
-             partition_by: str | None = None) -> Callable[[Callable[..., Any]], Task]:
+             partition_by: str | None = None, sequence_by: str | None = None,
+             sequence_on_failure: str = "wait") -> Callable[[Callable[..., Any]], Task]:
         """:meth:`App.task` (``async def`` handlers run on the worker's own event loops)."""
         return self.app.task(name, queue=queue, priority=priority, max_attempts=max_attempts, retry=retry,
                              timeout=timeout, lease=lease, lease_seconds=lease_seconds, concurrency=concurrency,
-                             rate=rate, partition_by=partition_by)
+                             rate=rate, partition_by=partition_by, sequence_by=sequence_by,
+                             sequence_on_failure=sequence_on_failure)
 
     def periodic(self, cron: str, *, name: str | None = None, args: Mapping[str, Any] | None = None,
                  timezone: str = "UTC", missed: str = "skip", queue: str = "default", priority: int = 0,
@@ -79,7 +81,7 @@ class AsyncApp:
     async def enqueue(self, task: str, args: Mapping[str, Any] | None = None, *, queue: str | None = None,
                       priority: int | None = None, run_at: datetime | None = None, delay: float | timedelta | None = None,
                       max_attempts: int | None = None, unique_key: str | None = None, on_conflict: str = "return",
-                      conn: Any = None, partition: str | None = None) -> int:
+                      conn: Any = None, partition: str | None = None, sequence: str | None = None) -> int:
         """:meth:`App.enqueue`; with an asyncio connection (``AsyncConnection``; asyncmy/aiomysql on
         MySQL) the job exists only if the caller commits
         (the same checks, statements, retries and errors as App.enqueue on a connection)."""
@@ -87,12 +89,14 @@ class AsyncApp:
             return await asyncio.to_thread(
                 self.app.enqueue, task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
                 max_attempts=max_attempts, unique_key=unique_key, on_conflict=on_conflict, conn=conn,
-                partition=partition)
-        job = self.app._new_job(task, args, queue, priority, run_at, delay, max_attempts, partition)
-        key = _check_unique(unique_key, on_conflict)  # before anything is sent, as App.enqueue
+                partition=partition, sequence=sequence)
+        job = self.app._new_job(task, args, queue, priority, run_at, delay, max_attempts, partition, sequence)
+        key = _check_unique(unique_key, on_conflict, job)  # before anything is sent, as App.enqueue
         backend = await asyncio.to_thread(self.app._ready)
         if partition is not None:
             self.app._check_flow_control("a job's partition")
+        if job.sequence is not None:
+            self.app._check_flow_control("a job's sequence")
         if self.app.tracing is None:
             job_id = await backend.run_async(_enqueue_steps(backend, job, key, on_conflict), conn)
         else:  # the enqueue span, its context kept in the caller's transaction (observability/tracing.py)
@@ -120,6 +124,8 @@ class AsyncApp:
         backend = await asyncio.to_thread(self.app._ready)
         if any(j.partition is not None for j in new):
             self.app._check_flow_control("a job's partition")
+        if any(j.sequence is not None for j in new):
+            self.app._check_flow_control("a job's sequence")
         steps = backend.enqueue_steps(new) if batch is None else backend.enqueue_keyed_steps(batch)
         if self.app.tracing is None:
             ids = await backend.run_async(steps, conn)
@@ -170,9 +176,19 @@ class AsyncApp:
         return await asyncio.to_thread(self.app.retry_failed, queue)
 
     async def set_queue_limits(self, queue: str, *, concurrency: int | None = None, rate: str | None = None,
-                               fair: bool = False) -> None:
+                               fair: bool = False, weights: Mapping[str, int] | None = None) -> None:
         """:meth:`App.set_queue_limits`."""
-        await asyncio.to_thread(self.app.set_queue_limits, queue, concurrency=concurrency, rate=rate, fair=fair)
+        await asyncio.to_thread(self.app.set_queue_limits, queue, concurrency=concurrency, rate=rate, fair=fair,
+                                weights=weights)
+
+    async def set_task_limits(self, task: str, *, concurrency: int | None = None, rate: str | None = None,
+                              clear: bool = False) -> None:
+        """:meth:`App.set_task_limits`."""
+        await asyncio.to_thread(self.app.set_task_limits, task, concurrency=concurrency, rate=rate, clear=clear)
+
+    async def task_limits(self) -> list[dict[str, Any]]:
+        """:meth:`App.task_limits`."""
+        return await asyncio.to_thread(self.app.task_limits)
 
     async def queue_limits(self) -> list[dict[str, Any]]:
         """:meth:`App.queue_limits`."""

@@ -1,5 +1,6 @@
 """App: configuration, the task registry, schema, enqueueing, periodic tasks, workers and the outbox.
 
+A registered task (:class:`skiplock.tasks.Task`) and the checks of its options are in tasks.py.
 The checks behind ``enqueue``/``enqueue_many`` are :class:`skiplock.producing.Producer`'s, the reads
 and operations on jobs and queues :class:`skiplock.operations.Operations`'s (both mixed into App;
 the names other code imported from here are re-exported).
@@ -8,9 +9,7 @@ typed against the :class:`~skiplock.backend.base.Backend` port, never a backend 
 
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
@@ -18,13 +17,14 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 from .backend.base import Backend
 from .backend.factory import embedded_server as start_embedded_server, open_backend
 from .errors import ConfigurationError, UnknownTask, redact_dsn
-from .flow import NOT_SUPPORTED, check_concurrency, check_partition_by, parse_rate
+from .flow import NOT_SUPPORTED
 from .observability.hooks import Hooks
 from .observability.reporting import enqueued
 from .operations import FINISHED, Operations, RetriedJobs, _held_message  # noqa: F401 - public here too
 from .producing import (INT32, ON_CONFLICT, RUN_AT_RANGE, Producer, _check_int, _check_queue,  # noqa: F401
                         _check_run_at, _check_unique, _enqueue_steps, _plain_args_json, serialise_args)
 from .retry import MAX_DELAY, RetryPolicy, as_policy  # noqa: F401 - MAX_DELAY: public here too
+from .tasks import Task, task_options  # noqa: F401 - Task: public here too (defined in tasks.py)
 from .settings import (DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_ARGS_BYTES, DEFAULT_MAX_RESULT_BYTES,  # noqa: F401
                        DEFAULT_RETENTION, MAX_NAME_BYTES, _check_connect_timeout, _check_retention, check_schema_name)
 from .values import (MAX_QUEUE_CHARS, MAX_TASK_CHARS, MAX_UNIQUE_KEY_CHARS, _encode_compact,  # noqa: F401 - public here too
@@ -34,36 +34,6 @@ if TYPE_CHECKING:
     from .maintenance.periodic import Schedule
     from .outbox import Outbox, Relay
     from .worker import Worker
-
-
-@dataclass(frozen=True)
-class Task:
-    """A registered handler and its defaults. ``handler(job, **job.args)`` runs inside the job's
-    transaction (transaction lease): its writes through ``job.conn`` commit with the job's completion."""
-
-    name: str
-    fn: Callable[..., Any]
-    queue: str = "default"
-    priority: int = 0
-    max_attempts: int = 5
-    retry: RetryPolicy = as_policy(None)
-    timeout: float | None = None
-    lease: str = "transaction"
-    lease_seconds: float = 60.0
-    # flow control (docs/flow-control.md): at most ``concurrency`` running at once and ``rate``
-    # (count, period seconds) starts, across every worker -- per partition with ``partition_by``
-    concurrency: int | None = None
-    rate: tuple[int, float] | None = None
-    partition_by: str | None = None
-
-    @property
-    def limited(self) -> bool:
-        """Flow-controlled: claimed only by the flow claim (worker/flow.py)."""
-        return self.concurrency is not None or self.rate is not None or self.partition_by is not None
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.fn(*args, **kwargs)
-
 
 
 class App(Producer, Operations):
@@ -175,7 +145,8 @@ class App(Producer, Operations):
     def task(self, name: str | None = None, *, queue: str = "default", priority: int = 0, max_attempts: int = 5,
              retry: RetryPolicy | float | None = None, timeout: float | None = None, lease: str = "transaction",
              lease_seconds: float = 60.0, concurrency: int | None = None, rate: str | None = None,
-             partition_by: str | None = None) -> Callable[[Callable[..., Any]], Task]:
+             partition_by: str | None = None, sequence_by: str | None = None,
+             sequence_on_failure: str = "wait") -> Callable[[Callable[..., Any]], Task]:
         """Register ``fn`` as a task. It is called as ``fn(job, **job.args)`` (``async def`` works too).
 
         ``lease="transaction"`` (default): the job runs inside its claim transaction; its writes
@@ -191,29 +162,23 @@ class App(Producer, Operations):
         Flow control (docs/flow-control.md; PostgreSQL only): ``concurrency=N``: at most N jobs of
         this task run at once across every worker process and host; ``rate="100/min"``: at most that
         many starts per period, evenly spaced; ``partition_by="customer"``: both apply per value of
-        that job argument (or per ``partition=`` given at enqueue) instead of to the whole task."""
-        _check_queue(queue)
-        concurrency = check_concurrency(concurrency)
-        parsed_rate = None if rate is None else parse_rate(rate)
-        partition_by = check_partition_by(partition_by)
-        _check_int("priority", priority, *INT32)
-        _check_int("max_attempts", max_attempts, 1, INT32[1])
-        policy = as_policy(retry)
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                    or not math.isfinite(timeout) or timeout <= 0):
-            raise ConfigurationError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        if lease not in ("transaction", "claimed"):
-            raise ConfigurationError(f"lease must be 'transaction' or 'claimed', got {lease!r}")
-        if (isinstance(lease_seconds, bool) or not isinstance(lease_seconds, (int, float))
-                or not math.isfinite(lease_seconds) or not 1 <= lease_seconds <= 86400):
-            raise ConfigurationError(f"lease_seconds must be between 1 and 86400, got {lease_seconds!r}")
+        that job argument (or per ``partition=`` given at enqueue) instead of to the whole task.
+
+        Sequences (PostgreSQL only): ``sequence_by="account"``: jobs with the same value of that
+        argument (or the same ``sequence=`` given at enqueue) run one at a time, in enqueue order,
+        across every worker; ``sequence_on_failure``: what a job that failed for good does to the
+        rest of its sequence -- ``"wait"`` (default: they wait until it is retried or cancelled),
+        ``"skip"`` (they go on) or ``"fail"`` (they fail too, saying why)."""
+        options = task_options(queue=queue, priority=priority, max_attempts=max_attempts, retry=retry, timeout=timeout,
+                               lease=lease, lease_seconds=lease_seconds, concurrency=concurrency, rate=rate,
+                               partition_by=partition_by, sequence_by=sequence_by,
+                               sequence_on_failure=sequence_on_failure)  # every option checked here, at decoration time
 
         def register(fn: Callable[..., Any]) -> Task:
             task_name = check_text("task name", name or f"{fn.__module__}.{fn.__qualname__}", MAX_TASK_CHARS)
             if task_name in self.tasks and self.tasks[task_name].fn is not fn:
                 raise ConfigurationError(f"task {task_name!r} is already registered")
-            t = Task(task_name, fn, queue, priority, max_attempts, policy, None if timeout is None else float(timeout),
-                     lease, float(lease_seconds), concurrency, parsed_rate, partition_by)
+            t = Task(task_name, fn, **options)
             self.tasks[task_name] = t
             return t
 
@@ -276,7 +241,7 @@ class App(Producer, Operations):
     def enqueue(self, task: str, args: Mapping[str, Any] | None = None, *, queue: str | None = None,
                 priority: int | None = None, run_at: datetime | None = None, delay: float | timedelta | None = None,
                 max_attempts: int | None = None, unique_key: str | None = None, on_conflict: str = "return",
-                conn: Any = None, partition: str | None = None) -> int:
+                conn: Any = None, partition: str | None = None, sequence: str | None = None) -> int:
         """Insert one job and return its id. With ``conn`` (a psycopg connection), the insert runs in
         the caller's transaction: the job exists only if the caller commits. Invalid input raises
         :class:`InvalidJob` before anything is sent, so the caller's transaction stays usable.
@@ -286,12 +251,18 @@ class App(Producer, Operations):
         :class:`DuplicateJob` with ``on_conflict="raise"``.
 
         ``partition``: the job's partition for flow control (docs/flow-control.md): its task's
-        limits apply per partition."""
-        job = self._new_job(task, args, queue, priority, run_at, delay, max_attempts, partition)
-        unique_key = _check_unique(unique_key, on_conflict)
+        limits apply per partition.
+
+        ``sequence``: the job's sequence key (docs/flow-control.md, "Sequences"; wins over the task's
+        ``sequence_by``): jobs with the same key run one at a time, in enqueue order. Not with
+        ``unique_key``."""
+        job = self._new_job(task, args, queue, priority, run_at, delay, max_attempts, partition, sequence)
+        unique_key = _check_unique(unique_key, on_conflict, job)
         backend = self._ready()
         if partition is not None:
             self._check_flow_control("a job's partition")
+        if job.sequence is not None:
+            self._check_flow_control("a job's sequence")
         if self.tracing is None:
             job_id = backend.run(_enqueue_steps(backend, job, unique_key, on_conflict), conn)
         else:  # the enqueue span, and its context kept with the job (observability/tracing.py)
@@ -344,6 +315,8 @@ class App(Producer, Operations):
             return []
         if any(j.partition is not None for j in new):
             self._check_flow_control("a job's partition")
+        if any(j.sequence is not None for j in new):
+            self._check_flow_control("a job's sequence")
         if self.tracing is not None:  # the enqueue span, and its context kept with the jobs
             with self.tracing.enqueue(new[0].task, new[0].queue, len(new)) as keep:
                 ids = self._insert_many(new, keyed, conn)

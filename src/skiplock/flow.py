@@ -1,18 +1,23 @@
 """Flow control's configuration: concurrency limits, rates and partitions (docs/flow-control.md).
 
 What is checked here (no I/O): a task's ``concurrency``/``rate``/``partition_by``, a rate's text
-(``"100/min"``), a job's ``partition``. Enforcement is the backend's (``claim_flow``, ``take_starts``
+(``"100/min"``), a job's ``partition``; a task's ``sequence_by``/``sequence_on_failure``. Sequences
+are enforced by the jobs' states (migration 15, 0015_sequences.sql), not by the flow claim. Enforcement is the backend's (``claim_flow``, ``take_starts``
 in backend/postgres/queries.sql) and the worker's (worker/flow.py)."""
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Mapping
 
 from .errors import ConfigurationError
 
 MAX_PARTITION_CHARS = 1000
+MAX_SEQUENCE_CHARS = 1000
+# What a sequenced job that failed for good (after its last attempt) does to the rest of its sequence
+# (docs/flow-control.md, "Sequences"): the first is the default.
+SEQUENCE_RULES = ("wait", "skip", "fail")
 NOT_SUPPORTED = "is not supported on MySQL/MariaDB yet (flow control needs the PostgreSQL backend)"
 
 _UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
@@ -51,9 +56,34 @@ def check_concurrency(value: Any, what: str = "concurrency") -> int | None:
     return value
 
 
-def check_partition_by(value: Any) -> str | None:
+def check_partition_by(value: Any, what: str = "partition_by") -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value or len(value) > 200 or "\x00" in value:
-        raise ConfigurationError(f"partition_by must be the name of a job argument, got {value!r}")
+        raise ConfigurationError(f"{what} must be the name of a job argument, got {value!r}")
+    return value
+
+
+def check_weights(weights: Any) -> dict[str, int]:
+    """A fair queue's ``{partition: weight}`` (whole numbers 1..1000); ConfigurationError otherwise."""
+    if weights is None:
+        return {}
+    if not isinstance(weights, Mapping):
+        raise ConfigurationError(f"weights must be a mapping of partition to weight, got {type(weights).__name__}")
+    out: dict[str, int] = {}
+    for partition, weight in weights.items():
+        if not isinstance(partition, str) or not 0 < len(partition) <= MAX_PARTITION_CHARS or "\x00" in partition:
+            raise ConfigurationError(f"a weight's partition must be a non-empty string, got {partition!r}")
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 1000:
+            raise ConfigurationError(f"the weight of partition {partition!r} must be a whole number from 1 to 1000, "
+                                     f"got {weight!r}")
+        if weight != 1:
+            out[partition] = weight
+    return out
+
+
+def check_sequence_rule(value: Any) -> str:
+    """A sequence's failure rule: 'wait' (default), 'skip' or 'fail'; else ConfigurationError."""
+    if not isinstance(value, str) or value not in SEQUENCE_RULES:
+        raise ConfigurationError(f"sequence_on_failure must be one of {', '.join(SEQUENCE_RULES)}, got {value!r}")
     return value

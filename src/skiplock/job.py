@@ -21,6 +21,7 @@ class JobState(str, enum.Enum):
     DONE = "done"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    BLOCKED = "blocked"  # a sequenced job waiting for the jobs before it (docs/flow-control.md)
 
     def __str__(self) -> str:
         return self.value

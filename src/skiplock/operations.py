@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from .backend.base import Backend
 from .errors import (ConfigurationError, DatabaseUnavailable, DuplicateJob, InvalidJob, JobFailed, JobNotFound,
                      UnknownQueue, WaitTimeout)
-from .flow import NOT_SUPPORTED, check_concurrency, format_rate, parse_rate
+from .flow import NOT_SUPPORTED, check_concurrency, check_weights, format_rate, parse_rate
 from .job import Job, JobState
 from .producing import _check_int, _check_queue
 from .settings import _check_retention
@@ -117,7 +117,8 @@ class Operations:
         """Cancel a job and return its state. A queued job is cancelled at once and never runs. A
         job running in a transaction lease is told by ending its session: its transaction rolls back
         (its database effects vanish) and it ends ``cancelled``. A job that already finished keeps
-        its state (returned). If the running handler does not let go within ``wait`` seconds, the
+        its state (returned) -- except a failed job still holding its sequence (the rule 'wait',
+        docs/flow-control.md): it is cancelled, and the sequence goes on. If the running handler does not let go within ``wait`` seconds, the
         request stays recorded and the job ends cancelled as soon as it does; a finishing ``done``
         write never overwrites a cancellation."""
         check_text("reason", reason, 10_000)
@@ -133,6 +134,8 @@ class Operations:
             if current in FINISHED:
                 if current != JobState.CANCELLED:
                     backend.forget_cancel_request(job_id)
+                if current == JobState.FAILED and backend.cancel_failed_head(job_id, reason):
+                    return JobState.CANCELLED  # it held its sequence (rule 'wait'): the sequence goes on
                 return current
             backend.end_lease_holder(job_id)
             if time.monotonic() > deadline:
@@ -187,10 +190,12 @@ class Operations:
 
     def queues(self) -> list[dict[str, Any]]:
         """Every queue with jobs, paused or limited: ``{"queue", "paused", "counts": {state: n},
-        "limits": {"concurrency", "rate"} or None}`` (flow control: :meth:`set_queue_limits`)."""
+        "limits": {"concurrency", "rate", "fair", "weights"} or None}`` (flow control:
+        :meth:`set_queue_limits`)."""
         backend = self._ready()
         paused = set(backend.paused_queues())
-        limits = {q["queue"]: {"concurrency": q["concurrency"], "rate": q["rate"], "fair": q["fair"]}
+        limits = {q["queue"]: {"concurrency": q["concurrency"], "rate": q["rate"], "fair": q["fair"],
+                               "weights": q["weights"]}
                   for q in self.queue_limits()}
         out: dict[str, dict[str, Any]] = {q: {"queue": q, "paused": q in paused, "counts": {}}
                                           for q in paused | set(limits)}
@@ -201,12 +206,13 @@ class Operations:
         return [out[q] for q in sorted(out)]
 
     def set_queue_limits(self, queue: str, *, concurrency: int | None = None, rate: str | None = None,
-                         fair: bool = False) -> None:
+                         fair: bool = False, weights: Mapping[str, int] | None = None) -> None:
         """Flow control for a whole queue (docs/flow-control.md): at most ``concurrency`` of its jobs
         running at once and ``rate`` (``"100/min"``) starts, across every worker; None: no such
         limit. ``fair``: claims go round-robin across the queue's partitions (a partition with a
-        million jobs does not delay one with one). All three replace what was set (none: the queue
-        is unlimited again). Running workers honour a change at their next claim, no restart. Not on
+        million jobs does not delay one with one). ``weights``: ``{partition: w}`` for a fair queue
+        -- a partition of weight w gets w times the claims of one of weight 1 (the default) while
+        both have ready jobs. All of them replace what was set (none: the queue is unlimited again). Running workers honour a change at their next claim, no restart. Not on
         MySQL/MariaDB (ConfigurationError)."""
         _check_queue(queue)
         concurrency = check_concurrency(concurrency)
@@ -216,17 +222,46 @@ class Operations:
             raise ConfigurationError(f"queue limits {NOT_SUPPORTED}")
         if not isinstance(fair, bool):
             raise ConfigurationError(f"fair must be True or False, got {fair!r}")
-        backend.set_queue_limit(queue, concurrency, parsed, fair)  # type: ignore[attr-defined]  # base.FlowBackend
+        checked = check_weights(weights)
+        if checked and not fair:
+            raise ConfigurationError("weights apply to a fair queue: give fair=True with them")
+        backend.set_queue_limit(queue, concurrency, parsed, fair, checked)  # type: ignore[attr-defined]  # base.FlowBackend
+
+    def set_task_limits(self, task: str, *, concurrency: int | None = None, rate: str | None = None,
+                        clear: bool = False) -> None:
+        """A task's limits changed at runtime (docs/flow-control.md): they replace the ones in its
+        code (``@app.task(concurrency=, rate=)``; None: no such limit, the code's too) in every
+        worker that has the task, within a second, without a restart; its ``partition_by`` still
+        applies. ``clear=True``: back to the code's limits. Not on MySQL/MariaDB (ConfigurationError)."""
+        check_text("task", task, MAX_TASK_CHARS)
+        concurrency = check_concurrency(concurrency)
+        parsed = None if rate is None else parse_rate(rate)
+        if clear and (concurrency is not None or parsed is not None):
+            raise ConfigurationError("give clear=True or limits, not both")
+        backend = self._ready()
+        if not backend.capabilities.flow_control:
+            raise ConfigurationError(f"task limits {NOT_SUPPORTED}")
+        backend.set_task_limit(task, concurrency, parsed, clear)  # type: ignore[attr-defined]  # base.FlowBackend
+
+    def task_limits(self) -> list[dict[str, Any]]:
+        """The tasks with limits set at runtime: ``{"task", "concurrency", "rate", "rate_count",
+        "rate_period", "updated_at"}`` by task (none on a backend without flow control)."""
+        backend = self._ready()
+        if not backend.capabilities.flow_control:
+            return []
+        return [{"task": t, "concurrency": c, "rate": None if n is None else format_rate(n, p), "rate_count": n,
+                 "rate_period": p, "updated_at": at}
+                for t, c, n, p, at in backend.task_limits()]  # type: ignore[attr-defined]  # base.FlowBackend
 
     def queue_limits(self) -> list[dict[str, Any]]:
         """The queues with limits: ``{"queue", "concurrency", "rate" ("100/min"), "rate_count",
-        "rate_period" (seconds), "fair", "updated_at"}``, by queue (none on a backend without flow control)."""
+        "rate_period" (seconds), "fair", "weights", "updated_at"}``, by queue (none on a backend without flow control)."""
         backend = self._ready()
         if not backend.capabilities.flow_control:
             return []
         return [{"queue": q, "concurrency": c, "rate": None if n is None else format_rate(n, p), "rate_count": n,
-                 "rate_period": p, "fair": fair, "updated_at": at}
-                for q, c, n, p, at, fair in backend.queue_limits()]  # type: ignore[attr-defined]  # base.FlowBackend
+                 "rate_period": p, "fair": fair, "weights": dict(weights or {}), "updated_at": at}
+                for q, c, n, p, at, fair, weights in backend.queue_limits()]  # type: ignore[attr-defined]  # base.FlowBackend
 
     def wait(self, job_id: int, timeout: float | None = None) -> Any:
         """Block until the job finishes; return its result, or raise :class:`JobFailed` (failed or

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Generator, Iterable, Mapping
 
 from .backend.base import Backend, NewJob
 from .errors import DuplicateJob, InvalidJob
-from .flow import MAX_PARTITION_CHARS
+from .flow import MAX_PARTITION_CHARS, MAX_SEQUENCE_CHARS
 from .retry import check_delay
 from .values import MAX_QUEUE_CHARS, MAX_TASK_CHARS, MAX_UNIQUE_KEY_CHARS, _encode_compact, check_text, to_json
 
@@ -36,7 +36,7 @@ def _check_int(name: str, value: Any, low: int, high: int) -> int:
 # enqueue_many options that _new_jobs' shortcut handles (run_at and delay vary per job: no shortcut)
 _PLAIN_OPTIONS = frozenset({"queue", "priority", "max_attempts"})
 _ITEM_OPTIONS = frozenset({"queue", "priority", "run_at", "delay", "max_attempts", "unique_key", "on_conflict",
-                           "partition"})
+                           "partition", "sequence"})
 ON_CONFLICT = ("return", "raise")
 _STR_OR_NONE = (str, type(None))
 _INT_OR_NONE = (int, type(None))
@@ -79,11 +79,16 @@ def serialise_args(args: Any, limit: int) -> str:
     return to_json(args, "args", limit)
 
 
-def _check_unique(unique_key: Any, on_conflict: Any) -> str | None:
-    """The unique key (None: none), or InvalidJob; ``on_conflict`` is checked even without a key."""
+def _check_unique(unique_key: Any, on_conflict: Any, job: NewJob | None = None) -> str | None:
+    """The unique key (None: none), or InvalidJob; ``on_conflict`` is checked even without a key.
+    A job with a sequence cannot have one (a blocked job is neither queued nor running, which is
+    what a unique key counts)."""
     if not isinstance(on_conflict, str) or on_conflict not in ON_CONFLICT:
         raise InvalidJob(f"on_conflict must be 'return' or 'raise', got {on_conflict!r}")
-    return check_text("unique_key", unique_key, MAX_UNIQUE_KEY_CHARS, optional=True)
+    key = check_text("unique_key", unique_key, MAX_UNIQUE_KEY_CHARS, optional=True)
+    if key is not None and job is not None and job.sequence is not None:
+        raise InvalidJob(f"a job with a sequence ({job.sequence!r}) cannot have a unique_key (not supported yet)")
+    return key
 
 
 def _enqueue_steps(backend: Backend, job: NewJob, unique_key: str | None, on_conflict: str) -> Steps:
@@ -115,7 +120,8 @@ def _check_run_at(run_at: Any) -> datetime | None:
 
 
 def _partitioned(task: "Task | None") -> bool:
-    return task is not None and task.partition_by is not None
+    """The task derives a key from its args (partition or sequence): no enqueue_many shortcut."""
+    return task is not None and (task.partition_by is not None or task.sequence_by is not None)
 
 
 def _derived_partition(task: "Task | None", args: Any) -> str | None:
@@ -123,16 +129,35 @@ def _derived_partition(task: "Task | None", args: Any) -> str | None:
     so that a fair queue can order by it (jobs_fair_idx): its text as ``args ->> name`` gives it --
     a string as it is, an integer in decimal, a boolean as true/false. Another value (or an absent
     one) is left to the claim, which reads it from the args the same way."""
-    if task is None or task.partition_by is None or not isinstance(args, Mapping):
+    if task is None or task.partition_by is None:
         return None
-    value = args.get(task.partition_by)
+    return _arg_text(args, task.partition_by, MAX_PARTITION_CHARS)
+
+
+def _derived_sequence(task: "Task | None", args: Any) -> str | None:
+    """A registered task's ``sequence_by`` argument as the job's sequence key, as text the way
+    :func:`_derived_partition` makes it. Absent (or another kind of value): InvalidJob -- a job of a
+    sequenced task must say its sequence."""
+    if task is None or task.sequence_by is None:
+        return None
+    text = _arg_text(args, task.sequence_by, MAX_SEQUENCE_CHARS)
+    if text is None:
+        raise InvalidJob(f"task {task.name!r} is sequenced by argument {task.sequence_by!r}: the job needs it "
+                         "as a string, an integer or a boolean (or give sequence= explicitly)")
+    return text
+
+
+def _arg_text(args: Any, name: str, limit: int) -> str | None:
+    if not isinstance(args, Mapping):
+        return None
+    value = args.get(name)
     if isinstance(value, bool):
         text: str | None = "true" if value else "false"
     elif isinstance(value, (str, int)):
         text = str(value)
     else:
         text = None
-    return text if text is not None and 0 < len(text) <= MAX_PARTITION_CHARS and "\x00" not in text else None
+    return text if text is not None and 0 < len(text) <= limit and "\x00" not in text else None
 
 
 class Producer:
@@ -152,7 +177,8 @@ class Producer:
     # ---- producing ---------------------------------------------------------------------------
 
     def _new_job(self, task: str, args: Any, queue: str | None, priority: int | None, run_at: datetime | None,
-                 delay: float | timedelta | None, max_attempts: int | None, partition: str | None = None) -> NewJob:
+                 delay: float | timedelta | None, max_attempts: int | None, partition: str | None = None,
+                 sequence: str | None = None) -> NewJob:
         check_text("task", task, MAX_TASK_CHARS)
         registered = self.tasks.get(task)
         if delay is not None:
@@ -163,6 +189,8 @@ class Producer:
             except ValueError as exc:
                 raise InvalidJob(str(exc)) from None
             run_at = datetime.now(timezone.utc) + timedelta(seconds=seconds)
+        sequence = (check_text("sequence", sequence, MAX_SEQUENCE_CHARS) if sequence is not None
+                    else _derived_sequence(registered, args))
         return NewJob(
             task=task,
             args_json=serialise_args(args, self.max_args_bytes),
@@ -172,6 +200,8 @@ class Producer:
             run_at=_check_run_at(run_at),
             partition=check_text("partition", partition, MAX_PARTITION_CHARS, optional=True)
             if partition is not None else _derived_partition(registered, args),
+            sequence=sequence,
+            sequence_on_failure=None if sequence is None else (registered.sequence_on_failure if registered else "wait"),
         )
 
     def _new_jobs(self, jobs: Iterable[Any]) -> tuple[list[NewJob], dict[int, tuple[str, str]]]:
@@ -219,9 +249,9 @@ class Producer:
             try:
                 job = self._new_job(item[0], item[1], options.get("queue"), options.get("priority"),
                                     options.get("run_at"), options.get("delay"), options.get("max_attempts"),
-                                    options.get("partition"))
+                                    options.get("partition"), options.get("sequence"))
                 on_conflict = options.get("on_conflict", "return")
-                unique_key = _check_unique(options.get("unique_key"), on_conflict)
+                unique_key = _check_unique(options.get("unique_key"), on_conflict, job)
             except InvalidJob as exc:
                 raise InvalidJob(f"item {i}: {exc}") from None
             append(job)
@@ -229,5 +259,8 @@ class Producer:
                 keyed[i] = (unique_key, on_conflict)
             if key is not None:
                 checked[key] = (job.queue, job.priority, job.max_attempts)
+        if keyed and any(j.sequence is not None for j in new):
+            raise InvalidJob("a batch with unique keys cannot hold jobs with a sequence (not supported yet): "
+                             "enqueue them in separate calls")
         return new, keyed
 

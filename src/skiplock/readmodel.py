@@ -40,37 +40,14 @@ deleting its row is listed until ``presence.LIVE_SECONDS`` after its last refres
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Generic, Sequence, TypeVar
+from typing import Any, Sequence
 
 from .backend.base import ReadBackend
-
-T = TypeVar("T")
-
-MAX_PAGE = 10_000
-# An args-text search reads at most this many ids per page (see JobReads.find_jobs).
-ARGS_WINDOW = 20_000
-
-
-@dataclass(frozen=True)
-class Page(Generic[T]):
-    """One page of a list. ``cursor``: pass it back as ``after=`` for the next page; None when this
-    page is the last (it came back short, and no window of a search is left: see ``searched_from``)."""
-
-    items: list[T]
-    cursor: str | None
-    # A search that reads one window of ids at a time (an args-text search: :meth:`JobReads.find_jobs`)
-    # read the ids from this one up: a page may then come back short with a cursor (the next window).
-    searched_from: int | None = None
-
-    def __iter__(self) -> Any:
-        return iter(self.items)
-
-    def __len__(self) -> int:
-        return len(self.items)
+from .job_reads import ARGS_WINDOW, AuditEntry, JobFilter, JobReads, JobRow, Latency, Throughput  # noqa: F401
+from .pages import MAX_PAGE, Page, all_pages, check_limit, id_page, make_cursor, read_cursor  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -197,6 +174,24 @@ class BoundedCount:
 
 
 @dataclass(frozen=True)
+class QueueLimits:
+    """A queue's flow-control limits (docs/flow-control.md): ``concurrency`` (jobs running at once),
+    ``rate`` ("100/min"), ``fair`` (round-robin across partitions) with its partitions' ``weights``.
+    ``str()``: "concurrency 5, 100/min, fair (a=3)"."""
+
+    concurrency: int | None
+    rate: str | None
+    fair: bool
+    weights: dict[str, int]
+
+    def __str__(self) -> str:
+        fair = ("fair" + (" (" + ", ".join(f"{p}={w}" for p, w in sorted(self.weights.items())) + ")"
+                          if self.weights else "")) if self.fair else ""
+        parts = [f"concurrency {self.concurrency}" if self.concurrency is not None else "", self.rate or "", fair]
+        return ", ".join(p for p in parts if p)
+
+
+@dataclass(frozen=True)
 class QueueSummary:
     """One queue at a glance, read in bounded time at any table size (:meth:`ReadModel.queue_summary`).
 
@@ -205,7 +200,8 @@ class QueueSummary:
     in flight (exact up to the cap). ``head_due_at``/``head_age``: the ready job a worker claims next
     (first in the claim's order: priority, then id) -- when it became due and how long it has waited,
     the queue's latency now; None when nothing is ready. (This is not always the oldest ready job:
-    a higher-priority job is claimed first.) ``paused``: nobody claims from the queue now."""
+    a higher-priority job is claimed first.) ``paused``: nobody claims from the queue now.
+    ``limits``: its flow-control limits (:class:`QueueLimits`), None when it has none."""
 
     queue: str
     counts: dict[str, BoundedCount]
@@ -213,192 +209,7 @@ class QueueSummary:
     head_due_at: datetime | None
     head_age: timedelta | None
     paused: bool
-
-
-def _limit(limit: Any) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
-        raise ValueError(f"limit must be an integer from 1 to {MAX_PAGE}, got {limit!r}")
-    return limit
-
-
-def _cursor(after: Any, what: str) -> Any:
-    """The key a cursor names (as :func:`_make_cursor` wrote it), or a clear error."""
-    if after is None:
-        return None
-    try:
-        kind, key = json.loads(after) if isinstance(after, str) else (None, None)
-    except (ValueError, TypeError):
-        kind, key = None, None
-    if kind != what:
-        raise ValueError(f"not a cursor of {what}: {after!r} (pass back the cursor of a page of {what})")
-    return key
-
-
-def _make_cursor(what: str, key: Any) -> str:
-    return json.dumps([what, key], separators=(",", ":"))
-
-
-@dataclass(frozen=True)
-class JobFilter:
-    """Which jobs a list or a bulk action covers; every field None means any. ``state`` as the read
-    model shows it (``running`` includes transaction-lease jobs in flight, ``queued`` leaves them out);
-    ``error_class`` as :class:`FailureClass` computes it; ``since``/``until``: the job's ``created_at``
-    (``since`` inclusive, ``until`` exclusive); ``args``: a case-insensitive substring of the args'
-    JSON text."""
-
-    state: str | None = None
-    queue: str | None = None
-    task: str | None = None
-    error_class: str | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-    args: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("state", "queue", "task", "error_class", "since", "until", "args")}
-
-    def described(self) -> dict[str, str]:
-        """The fields that are set, as text (for an audit row or a confirmation)."""
-        return {k: (v.isoformat() if isinstance(v, datetime) else str(v)) for k, v in self.as_dict().items()
-                if v is not None}
-
-
-@dataclass(frozen=True)
-class JobRow:
-    """A job as a list shows it (no args, no result: see ``App.get_job`` for those; ``last_error``
-    cut to its first 300 characters)."""
-
-    id: int
-    queue: str
-    task: str
-    state: str
-    priority: int
-    attempts: int
-    max_attempts: int
-    run_at: datetime
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    last_error: str | None
-    worker: str | None
-
-
-@dataclass(frozen=True)
-class Throughput:
-    """Jobs finished in one minute (``minute``: its start), by outcome."""
-
-    minute: datetime
-    done: int
-    failed: int
-    cancelled: int
-
-
-@dataclass(frozen=True)
-class Latency:
-    """Seconds from a job's due time (``run_at``) to the start of its last attempt, over ``jobs`` jobs
-    finished recently: the queue's latency as the jobs saw it (None: no job in the window)."""
-
-    median: float | None
-    p95: float | None
-    max: float | None
-    jobs: int
-
-
-@dataclass(frozen=True)
-class AuditEntry:
-    """One action recorded by the dashboard: who (role and how it authenticated), what, on which
-    filter or ids (``target``), how many rows it touched."""
-
-    id: int
-    at: datetime
-    actor: str
-    action: str
-    target: dict[str, Any]
-    affected: int
-
-
-def _check_filter(flt: JobFilter) -> JobFilter:
-    from .job import JobState
-
-    if not isinstance(flt, JobFilter):
-        raise ValueError(f"expected a JobFilter, got {flt!r}")
-    if flt.state is not None and flt.state not in {s.value for s in JobState}:
-        raise ValueError(f"unknown state {flt.state!r}; one of {', '.join(s.value for s in JobState)}")
-    for name in ("since", "until"):
-        value = getattr(flt, name)
-        if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
-            raise ValueError(f"{name} must be a datetime with a time zone, got {value!r}")
-    for name in ("queue", "task", "error_class", "args"):
-        value = getattr(flt, name)
-        if value is not None and (not isinstance(value, str) or not value or len(value) > 1000 or "\x00" in value):
-            raise ValueError(f"{name} must be a non-empty text of at most 1000 characters, got {value!r}")
-    return flt
-
-
-class JobReads:
-    """The read model's filtered job list, throughput and audit log (mixed into :class:`ReadModel`)."""
-
-    backend: Any
-
-    def find_jobs(self, flt: JobFilter = JobFilter(), *, limit: int = 50,
-                  after: str | None = None) -> "Page[JobRow]":
-        """The jobs matching ``flt``, newest first: a page of at most ``limit`` (keyset on id).
-
-        With an ``args`` text (a substring of the args' JSON, which no index can find), one page reads
-        at most ``ARGS_WINDOW`` ids below the cursor, so its cost is bounded whatever the table's size:
-        it may come back short (even empty) with a cursor to search the next, older, window;
-        ``page.searched_from`` says where this one stopped. No job is skipped or repeated."""
-        key = _cursor(after, "jobs")
-        if key is not None and (isinstance(key, bool) or not isinstance(key, int)):
-            raise ValueError(f"not a cursor of jobs: {after!r}")
-        params = _check_filter(flt).as_dict()
-        limit = _limit(limit)
-        floor = None
-        if flt.args is not None and hasattr(self.backend, "id_floor"):
-            floor = self.backend.id_floor(key, ARGS_WINDOW)
-            params["id_floor"] = floor
-        items = [JobRow(**r) for r in self.backend.find_jobs(params, key, limit)]
-        if len(items) == limit:
-            return Page(items, _make_cursor("jobs", items[-1].id), floor)
-        if floor is not None and floor > 1:  # the window ended before the first job: search on below it
-            return Page(items, _make_cursor("jobs", floor), floor)
-        return Page(items, None, floor)
-
-    def count_jobs(self, flt: JobFilter = JobFilter(), *, cap: int = 10_000) -> tuple[int, bool]:
-        """How many jobs match ``flt``, counted up to ``cap``: (count, more) -- ``more`` True when
-        more than ``cap`` match (the count is then ``cap``)."""
-        ids = self.backend.matching_job_ids(_check_filter(flt).as_dict(), None, _limit(cap) + 1)
-        return min(len(ids), cap), len(ids) > cap
-
-    def matching_ids(self, flt: JobFilter, *, limit: int = 1000, before: int | None = None) -> list[int]:
-        """The ids of the jobs matching ``flt``, newest first, below ``before`` (a bulk action's pages)."""
-        return self.backend.matching_job_ids(_check_filter(flt).as_dict(), before, _limit(limit))
-
-    def throughput(self, within: timedelta = timedelta(hours=1)) -> list[Throughput]:
-        """Jobs finished per minute over the last ``within`` (minutes with none are absent)."""
-        return [Throughput(*r) for r in self.backend.throughput(within.total_seconds())]
-
-    def pickup_latency(self, within: timedelta = timedelta(hours=1)) -> "Latency | None":
-        """How long ready jobs waited for a worker (due -> started, wake-up included), over the jobs
-        finished in the last ``within``; None when the backend cannot tell (no ``pickup_latency``)."""
-        fetch = getattr(self.backend, "pickup_latency", None)
-        if fetch is None:
-            return None
-        median, p95, worst, jobs = fetch(within.total_seconds())
-        return Latency(median, p95, worst, jobs)
-
-    def last_fire(self, schedule: str) -> datetime | None:
-        """When the periodic schedule ``schedule`` last enqueued a job (its last tick), or None."""
-        return self.backend.last_tick(schedule)
-
-    def audit_log(self, *, limit: int = 100, after: str | None = None) -> "Page[AuditEntry]":
-        """The dashboard's audit log, newest first (keyset on id)."""
-        key = _cursor(after, "audit")
-        if key is not None and (isinstance(key, bool) or not isinstance(key, int)):
-            raise ValueError(f"not a cursor of audit: {after!r}")
-        items = [AuditEntry(r[0], r[1], r[2], r[3], dict(r[4] or {}), int(r[5]))
-                 for r in self.backend.audit_rows(key, _limit(limit))]
-        return Page(items, _make_cursor("audit", items[-1].id) if len(items) == limit else None)
+    limits: QueueLimits | None = None
 
 
 class ReadModel(JobReads):
@@ -416,29 +227,29 @@ class ReadModel(JobReads):
 
     def running_now(self, *, limit: int = 1000, after: str | None = None) -> Page[RunningJob]:
         """Every job in flight now, whichever its lease, by job id: a page of at most ``limit``."""
-        return _id_page("running", after, limit, self.backend.running_now, lambda r: RunningJob(*r), "job_id")
+        return id_page("running", after, limit, self.backend.running_now, lambda r: RunningJob(*r), "job_id")
 
     def batches_in_flight(self, *, limit: int = 1000, after: str | None = None) -> Page[BatchInFlight]:
         """Batches whose transaction is open now, by batch id (their jobs are not in ``running_now``)."""
-        return _id_page("batches", after, limit, self.backend.batches_in_flight, lambda r: BatchInFlight(*r),
+        return id_page("batches", after, limit, self.backend.batches_in_flight, lambda r: BatchInFlight(*r),
                         "batch_id")
 
     def workers(self, *, limit: int = 1000, after: str | None = None) -> Page[WorkerInfo]:
         """Every live worker process (seen within ``live_seconds``), oldest first."""
-        key = _cursor(after, "workers")
+        key = read_cursor(after, "workers")
         parsed: tuple[datetime, uuid.UUID] | None = None
         if key is not None:
             try:
                 parsed = (datetime.fromisoformat(key[0]), uuid.UUID(key[1]))
             except (TypeError, ValueError, IndexError, KeyError):
                 raise ValueError(f"not a cursor of workers: {after!r}") from None
-        rows = self.backend.live_worker_rows(self.live_seconds, parsed, _limit(limit))
+        rows = self.backend.live_worker_rows(self.live_seconds, parsed, check_limit(limit))
         items = [WorkerInfo(row[0], row[1], row[2], row[3], list(row[4]), None if row[5] is None else list(row[5]),
                             *row[6:]) for row in rows]
         cursor = None
         if len(items) == limit:
             last = items[-1]
-            cursor = _make_cursor("workers", [last.started_at.isoformat(), str(last.id)])
+            cursor = make_cursor("workers", [last.started_at.isoformat(), str(last.id)])
         return Page(items, cursor)
 
     def failures(self, since: datetime | timedelta | None = None) -> list[FailureClass]:
@@ -451,7 +262,7 @@ class ReadModel(JobReads):
         return [FailureClass(q, c, int(n), at) for q, c, n, at in self.backend.failure_classes(since)]
 
     def queue_summary(self, *, cap: int = 1000) -> list[QueueSummary]:
-        """Every queue with jobs or paused, by name: counts per state and ready jobs exact up to ``cap``
+        """Every queue with jobs, paused or with limits, by name, with its limits: counts per state and ready jobs exact up to ``cap``
         (then estimated), and the head of the queue's wait (see :class:`QueueSummary`). Its cost is
         bounded by the number of queues and ``cap``, not by the table's size (the dashboard's overview
         and queues page); :meth:`counts` and :meth:`oldest_ready` are exact but read every row.
@@ -459,7 +270,7 @@ class ReadModel(JobReads):
         (its head is then the oldest ready job)."""
         from .job import JobState
 
-        cap = _limit(cap)
+        cap = check_limit(cap)
         states = [s.value for s in JobState]
         fetch = getattr(self.backend, "queue_summary", None)
         if fetch is None:
@@ -473,7 +284,7 @@ class ReadModel(JobReads):
 
         def entry(queue: str) -> dict[str, Any]:
             return out.setdefault(queue, {"counts": {s: BoundedCount(0) for s in states}, "ready": BoundedCount(0),
-                                          "head_due_at": None, "head_age": None, "paused": False})
+                                          "head_due_at": None, "head_age": None, "paused": False, "limits": None})
 
         def bounded(n: int, key: tuple[str, str] | None) -> BoundedCount:
             if fetch is None or n <= cap:  # without a bounded path every figure is exact
@@ -485,7 +296,20 @@ class ReadModel(JobReads):
         for queue, ready, due, age, paused in raw["heads"]:
             e = entry(queue)
             e.update(ready=bounded(int(ready or 0), None), head_due_at=due, head_age=age, paused=bool(paused))
+        for queue, limits in self.queue_limits().items():
+            entry(queue)["limits"] = limits
         return [QueueSummary(q, **out[q]) for q in sorted(out)]
+
+    def queue_limits(self) -> dict[str, QueueLimits]:
+        """Every queue's flow-control limits (none on a backend without flow control)."""
+        from .flow import format_rate
+
+        capabilities = getattr(self.backend, "capabilities", None)
+        fetch = getattr(self.backend, "queue_limits", None)
+        if capabilities is None or not capabilities.flow_control or fetch is None:
+            return {}
+        return {q: QueueLimits(c, None if n is None else format_rate(n, p), bool(fair), dict(weights or {}))
+                for q, c, n, p, _at, fair, weights in fetch()}
 
     def oldest_ready(self) -> list[QueueAge]:
         """Per queue with jobs due now: how many wait, and the oldest one's age."""
@@ -493,29 +317,5 @@ class ReadModel(JobReads):
                 self.backend.oldest_ready()]
 
 
-def all_pages(fetch: Any, limit: int = 1000) -> list[Any]:
-    """Every item of a paged list: ``fetch(limit=..., after=...)`` called until a page comes back short."""
-    out: list[Any] = []
-    after: str | None = None
-    while True:
-        page = fetch(limit=limit, after=after)
-        out.extend(page.items)
-        if page.cursor is None:
-            return out
-        after = page.cursor
-
-
 __all__: Sequence[str] = ("Page", "QueueCount", "BoundedCount", "QueueSummary", "RunningJob", "BatchInFlight", "WorkerInfo", "FailureClass",
                           "QueueAge", "ReadModel", "all_pages", "JobFilter", "JobRow", "Throughput", "AuditEntry", "Latency")
-
-
-
-def _id_page(kind: str, after: str | None, limit: int, fetch: Callable[[int | None, int], list[tuple[Any, ...]]],
-             make: Callable[[tuple[Any, ...]], T], id_field: str) -> "Page[T]":
-    """A page of rows keyed by one integer id: the cursor ``after`` (of this ``kind``) checked, the rows
-    fetched after it, and the next cursor if the page is full."""
-    key = _cursor(after, kind)
-    if key is not None and (isinstance(key, bool) or not isinstance(key, int)):
-        raise ValueError(f"not a cursor of {kind}: {after!r}")
-    items = [make(row) for row in fetch(key, _limit(limit))]
-    return Page(items, _make_cursor(kind, getattr(items[-1], id_field)) if len(items) == limit else None)

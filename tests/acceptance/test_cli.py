@@ -96,7 +96,7 @@ def test_any_schema_name_works_from_the_command_line(empty_dsn, schema):
         assert result.returncode == 0, (command, result.stdout + result.stderr)
     status = run_cli(empty_dsn, "--schema", schema, "status")
     assert schema in status.stdout, status.stdout
-    assert table_row(status.stdout, "default")[1:] == ["1", "0", "0", "0", "0"]
+    assert table_row(status.stdout, "default")[1:] == ["1", "0", "0", "0", "0", "0"]
 
 
 def test_schema_name_over_63_bytes_is_bad_input(empty_dsn):
@@ -141,9 +141,9 @@ def test_enqueue_then_inspect(dsn, db):
     status = run_cli(dsn, "status")
     assert status.returncode == 0, status.stderr
     header = table_row(status.stdout, "queue")
-    assert header[1:] == ["queued", "running", "done", "failed", "cancelled"]
-    assert table_row(status.stdout, "default")[1:] == ["1", "0", "0", "0", "0"]
-    assert table_row(status.stdout, "other")[1:] == ["0", "0", "0", "1", "0"]
+    assert header[1:] == ["queued", "running", "done", "failed", "cancelled", "blocked"]
+    assert table_row(status.stdout, "default")[1:] == ["1", "0", "0", "0", "0", "0"]
+    assert table_row(status.stdout, "other")[1:] == ["0", "0", "0", "1", "0", "0"]
 
 
 # ---- the current directory: searched for --app only, and never ahead of installed modules -----------

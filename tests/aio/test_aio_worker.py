@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import psycopg
 import pytest
@@ -291,3 +292,65 @@ def test_a_task_with_flow_limits_is_refused_not_run_past_its_limit(dsn):
     job_id = _run(main())
     assert aapp.app.get_job(job_id).state == "queued"
     aapp.app.close()
+
+
+def test_a_sync_handler_s_job_conn_writes_in_the_job_s_transaction_and_ends_with_its_run(dsn, db):
+    """Under the transaction lease a sync handler (run in a thread) gets a sync job.conn on the lease's
+    AsyncConnection: its statements run when called, its writes commit with the job or not at all, a
+    savepoint rolls back alone, commit is refused with what to do instead, and a thread that outlived
+    its run (a timeout) can run no statement in the connection's next transaction."""
+    db.execute("CREATE TABLE effects (tag text)")
+    aapp = skiplock.AsyncApp(dsn)
+    late: list[str] = []
+    late_done = threading.Event()
+
+    @aapp.task(name="sync_writes")
+    def sync_writes(job, tag):
+        job.conn.execute("INSERT INTO effects VALUES (%s)", [tag])
+        try:
+            with job.conn.transaction():
+                job.conn.execute("INSERT INTO effects VALUES ('undone by its savepoint')")
+                raise ValueError("roll back the savepoint only")
+        except ValueError:
+            pass
+        with job.conn.cursor() as cur:
+            cur.execute("SELECT tag FROM effects ORDER BY tag")
+            return [row[0] for row in cur]
+
+    @aapp.task(name="sync_fails", max_attempts=1)
+    def sync_fails(job):
+        job.conn.execute("INSERT INTO effects VALUES ('rolled back with its attempt')")
+        raise RuntimeError("boom after writing")
+
+    @aapp.task(name="sync_commits", max_attempts=1)
+    def sync_commits(job):
+        job.conn.execute("INSERT INTO effects VALUES ('never committed by the handler')")
+        job.conn.commit()
+
+    @aapp.task(name="sync_outlives", max_attempts=1, timeout=0.5)
+    def sync_outlives(job):
+        time.sleep(2)  # past its timeout: the worker stops waiting, the thread goes on
+        try:
+            job.conn.execute("INSERT INTO effects VALUES ('from a thread that outlived its run')")
+            late.append("ran")
+        except skiplock.errors.ConfigurationError as exc:
+            late.append(str(exc))
+        finally:
+            late_done.set()
+
+    async def main():
+        ids = [await aapp.enqueue("sync_writes", {"tag": "kept"}), await aapp.enqueue("sync_fails"),
+               await aapp.enqueue("sync_commits"), await aapp.enqueue("sync_outlives")]
+        await aapp.run_async_worker(concurrency=1, max_connections=4, stop_when_empty=True)
+        return ids
+
+    ok, fails, commits, outlives = _run(main())
+    assert late_done.wait(10)
+    app = aapp.app
+    assert app.get_job(ok).state == "done" and app.get_job(ok).result == ["kept"]
+    assert app.get_job(fails).state == "failed" and "boom after writing" in app.get_job(fails).last_error
+    assert app.get_job(commits).state == "failed" and "'commit'" in app.get_job(commits).last_error
+    assert app.get_job(outlives).state == "failed" and "timeout" in app.get_job(outlives).last_error
+    assert len(late) == 1 and "run is over" in late[0], late
+    assert [r[0] for r in db.execute("SELECT tag FROM effects")] == ["kept"]
+    app.close()

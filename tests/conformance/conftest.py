@@ -32,7 +32,8 @@ def postgres(request: pytest.FixtureRequest, **options: Any) -> Subject:
 
 
 # What a backend offers beyond the verbs every backend has (issue 11 item 4: backend capabilities; the
-# port does not declare them yet, so each entry says here). A test marked
+# port declares them as backend.capabilities, and each entry names here the ones its tests are
+# generated for). A test marked
 # ``@pytest.mark.capability("...")`` runs on the backends that have it, and only there: it is not
 # generated -- never skipped -- for the others.
 #   server_bounds_leases: the server itself ends a lease transaction idle past lease_timeout or a

@@ -28,9 +28,9 @@ def example_env(dsn: str) -> dict[str, str]:
     return env
 
 
-def run(args: list[str], dsn: str, check: bool = True) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, *args], cwd=EXAMPLE, env=example_env(dsn), capture_output=True, text=True,
-                          timeout=120)
+def run(args: list[str], dsn: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, *args], cwd=EXAMPLE, env=env or example_env(dsn), capture_output=True,
+                          text=True, timeout=120)
     if check:
         assert done.returncode == 0, done.stdout + done.stderr
     return done
@@ -50,7 +50,9 @@ def test_the_example_project_end_to_end(empty_dsn, db_on):
     worker = run(["manage.py", "skiplock", "worker", "--stop-when-empty", "--concurrency", "2"], empty_dsn)
     assert "stopped: 2 done, 1 retried, 1 failed" in worker.stderr, worker.stderr
     status = json.loads(run(["manage.py", "skiplock", "status", "--json"], empty_dsn).stdout)
-    assert status, "status printed a document"
+    assert status["schema"] == "skiplock", status  # the settings' database and schema
+    assert status["counts"]["default"]["done"] == 1 and status["counts"]["default"]["failed"] == 1, status
+    assert status["counts"]["emails"]["done"] == 1, status
     assert "password" not in worker.stderr.lower() + json.dumps(status).lower()
 
     assert db.execute("select item, status, charged_at is not null from shop_orders order by id").fetchall() == [
@@ -98,3 +100,34 @@ def test_manage_py_skiplock_bad_input_is_one_line_exit_2():
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
     assert "--concurrency" in done.stderr
+
+
+# The example's settings with another schema: what manage.py skiplock reads from them.
+OTHER_SETTINGS = """
+from shopsite.settings import *  # noqa: F401,F403
+from shopsite.settings import TASKS
+
+TASKS = {"default": {**TASKS["default"], "OPTIONS": {**TASKS["default"]["OPTIONS"], "SCHEMA": "shop_jobs"}}}
+"""
+
+
+def test_manage_py_skiplock_migrate_worker_and_status_read_schema_and_queues_from_settings(empty_dsn, db_on, tmp_path):
+    """``manage.py skiplock migrate`` creates skiplock's tables in the settings' SCHEMA (not the default
+    one); ``enqueue`` and ``status`` use that schema; ``worker`` serves the settings' QUEUES only
+    (``default`` and ``emails``: a job of another queue stays queued, untouched)."""
+    (tmp_path / "other_settings.py").write_text(OTHER_SETTINGS)
+    env = dict(example_env(empty_dsn), DJANGO_SETTINGS_MODULE="other_settings",
+               PYTHONPATH=os.pathsep.join([str(tmp_path), str(EXAMPLE)]))
+    run(["manage.py", "skiplock", "migrate"], empty_dsn, env=env)
+    db = db_on(empty_dsn)
+    schemas = {r[0] for r in db.execute("select nspname from pg_namespace where nspname in ('skiplock', 'shop_jobs')")}
+    assert schemas == {"shop_jobs"}
+    enqueued = run(["manage.py", "skiplock", "enqueue", "shop.tasks.send_receipt", "--queue", "other",
+                    "--args", '{"args": [1], "kwargs": {}}'], empty_dsn, env=env)
+    job_id = int(enqueued.stdout.split()[-1])
+    worker = run(["manage.py", "skiplock", "worker", "--stop-when-empty", "--concurrency", "1"], empty_dsn, env=env)
+    assert "password" not in worker.stderr.lower()
+    assert db.execute("select queue, state, attempts from shop_jobs.jobs where id = %s", [job_id]).fetchone() == (
+        "other", "queued", 0)
+    status = json.loads(run(["manage.py", "skiplock", "status", "--json"], empty_dsn, env=env).stdout)
+    assert status["schema"] == "shop_jobs" and status["counts"]["other"]["queued"] == 1, status

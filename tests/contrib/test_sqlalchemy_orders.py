@@ -183,6 +183,69 @@ def test_an_async_handler_uses_the_same_session(app, engine, db):
     assert db.execute("select item from orders").fetchall() == [("async",)]
 
 
+def test_on_the_asyncio_worker_an_async_session_writes_commit_with_the_job_or_not_at_all(dsn, engine, db):
+    """``async_session(job)`` on the asyncio worker (``job.conn`` an AsyncConnection): its writes commit
+    with the job, a failing handler's are undone, its rollback undoes its own writes alone, it cannot
+    commit the lease; the sync ``session(job)`` refuses the AsyncConnection with a clear error."""
+    aapp = skiplock.AsyncApp(dsn)
+    aengine = create_async_engine(url(dsn))
+
+    @aapp.task(name="charge", max_attempts=1)
+    async def charge(job, order_id, fail=False):
+        async with sl.async_session(job, engine=aengine) as s:
+            order = await s.get(Order, order_id)
+            order.status = "charged"
+            s.add(Order(item=f"receipt for {order_id}"))
+            await s.commit()  # releases the session's savepoint only: still the job's transaction
+            s.add(Order(item="undone"))
+            await s.flush()
+            await s.rollback()  # to the savepoint: the order and its receipt stay
+        if fail:
+            raise ValueError("card declined")
+        return (await (await job.conn.execute("select count(*) from orders")).fetchone())[0]
+
+    @aapp.task(name="commit_the_lease", max_attempts=1)
+    async def commit_the_lease(job):
+        async with sl.async_session(job) as s:  # no engine given: the default postgresql+psycopg dialect
+            s.add(Order(item="never"))
+            await s.flush()
+            raw = await s.connection()
+            await (await raw.get_raw_connection()).driver_connection.commit()  # refused
+
+    @aapp.task(name="sync_session", max_attempts=1)
+    async def sync_session(job):
+        with sl.session(job):
+            pass
+
+    with Session(engine) as s:
+        book, lamp = Order(item="book"), Order(item="lamp")
+        s.add_all([book, lamp])
+        s.commit()
+        ids = book.id, lamp.id
+
+    async def main():
+        ok = await aapp.enqueue("charge", {"order_id": ids[0]})
+        bad = await aapp.enqueue("charge", {"order_id": ids[1], "fail": True})
+        refused = await aapp.enqueue("commit_the_lease")
+        wrong = await aapp.enqueue("sync_session")
+        await aapp.run_async_worker(concurrency=2, max_connections=4, stop_when_empty=True)
+        await aengine.dispose()
+        return ok, bad, refused, wrong
+
+    ok, bad, refused, wrong = asyncio.run(asyncio.wait_for(main(), 60))
+    app = aapp.app
+    try:
+        assert db.execute("select item, status from orders order by id").fetchall() == [
+            ("book", "charged"), ("lamp", "new"), (f"receipt for {ids[0]}", "new")]
+        assert app.get_job(ok).state == "done" and app.get_job(ok).result == 3  # its own writes, seen in the lease
+        assert app.get_job(bad).state == "failed" and "card declined" in app.get_job(bad).last_error
+        assert app.get_job(refused).state == "failed"
+        assert "cannot commit the job's transaction" in app.get_job(refused).last_error
+        assert app.get_job(wrong).state == "failed" and "async_session(job)" in app.get_job(wrong).last_error
+    finally:
+        app.close()
+
+
 def test_the_sqlalchemy_example(empty_dsn):
     import json
     import os

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from skiplock import readmodel
+from skiplock import job_reads, readmodel
 from skiplock.backend.postgres.queries import load_queries
 from skiplock.readmodel import JobFilter
 
@@ -89,7 +89,7 @@ def test_args_search_reads_one_window_of_ids(db):
 
 
 def test_args_search_pages_window_by_window_skipping_nothing(app, db, monkeypatch):
-    monkeypatch.setattr(readmodel, "ARGS_WINDOW", 10)
+    monkeypatch.setattr(job_reads, "ARGS_WINDOW", 10)
     ids = app.enqueue_many([("noop", {"note": "needle" if i in (2, 24) else "hay"}) for i in range(30)])
     found, pages, after = [], 0, None
     while True:
@@ -121,7 +121,7 @@ def test_overview_queues_and_api_show_an_estimate_above_the_cap(dash, db):
 
 
 def test_args_search_page_offers_the_older_window(viewer, app, monkeypatch):
-    monkeypatch.setattr(readmodel, "ARGS_WINDOW", 5)
+    monkeypatch.setattr(job_reads, "ARGS_WINDOW", 5)
     first = app.enqueue("noop", {"note": "needle"})
     app.enqueue_many([("noop", {"note": "hay"})] * 9)
     page = viewer.get("/jobs?args=needle", headers={"Accept": "text/html"}).text

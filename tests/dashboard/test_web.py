@@ -275,3 +275,19 @@ def test_mounted_by_a_plain_asgi_dispatcher_as_in_the_django_recipe(app):
     with client(application, VIEWER) as c:
         page = c.get("/ops/skiplock/jobs")
         assert page.status_code == 200 and 'action="/ops/skiplock/jobs"' in page.text
+
+
+def test_the_queues_page_shows_each_queues_limits(viewer, app):
+    app.set_queue_limits("api", concurrency=5, rate="100/min")
+    app.set_queue_limits("tenants", fair=True, weights={"<b>big</b>": 3})
+    app.enqueue("t", {}, queue="plain", sequence="s")
+    app.enqueue("t", {}, queue="plain", sequence="s")  # blocked behind the first
+    page = viewer.get("/queues").text
+    cells = dict(re.findall(r'<a href="[^"]*">([^<]+)</a></td>.*?<td class="limits"[^>]*>([^<]*)</td>', page, re.S))
+    assert cells == {"api": "concurrency 5, 100/min", "plain": "", "tenants": "fair (&lt;b&gt;big&lt;/b&gt;=3)"}
+    summary = {q.queue: q for q in app.read_model.queue_summary()}
+    assert summary["plain"].counts["blocked"].n == 1 and summary["plain"].limits is None
+    assert str(summary["api"].limits) == "concurrency 5, 100/min"
+    api = {q["queue"]: q["limits"] for q in viewer.get("/api/overview").json()["queues"]}
+    assert api["tenants"] == {"concurrency": None, "rate": None, "fair": True, "weights": {"<b>big</b>": 3}}
+    assert api["plain"] is None

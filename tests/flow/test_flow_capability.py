@@ -34,9 +34,30 @@ def test_without_flow_control_limits_and_partitions_are_refused(app, db):
         app.enqueue_many([("limited", {}, {"partition": "customer:42"})])
     with pytest.raises(ConfigurationError, match="queue limits is not supported on MySQL/MariaDB yet"):
         app.set_queue_limits("default", concurrency=3)
+    with pytest.raises(ConfigurationError, match="task limits is not supported on MySQL/MariaDB yet"):
+        app.set_task_limits("limited", concurrency=3)
+    assert app.task_limits() == []
     assert db.execute("SELECT count(*) FROM skiplock.jobs").fetchone()[0] == 0
     assert db.execute("SELECT count(*) FROM skiplock.queue_limits").fetchone()[0] == 0
     assert app.queue_limits() == []
+
+
+def test_without_flow_control_sequences_are_refused(app, db):
+    without_flow_control(app)
+
+    @app.task("sequenced", sequence_by="account")
+    def sequenced(job, account):
+        pass
+
+    with pytest.raises(ConfigurationError, match="task sequences .*not supported on MySQL/MariaDB yet"):
+        app.worker(concurrency=1, handle_signals=False).run()
+    with pytest.raises(ConfigurationError, match="sequence is not supported on MySQL/MariaDB yet"):
+        app.enqueue("sequenced", {"account": 1})
+    with pytest.raises(ConfigurationError, match="sequence is not supported on MySQL/MariaDB yet"):
+        app.enqueue("other", sequence="a")
+    with pytest.raises(ConfigurationError, match="sequence is not supported on MySQL/MariaDB yet"):
+        app.enqueue_many([("other", {}, {"sequence": "a"})])
+    assert db.execute("SELECT count(*) FROM skiplock.jobs").fetchone()[0] == 0
 
 
 def test_a_worker_that_claims_every_task_refuses_task_limits(app):

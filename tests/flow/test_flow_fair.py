@@ -10,9 +10,11 @@ import threading
 from typing import Any
 
 import psycopg
+import pytest
 from support import wait_for
 
 import skiplock
+from skiplock.errors import ConfigurationError
 
 BIG, SMALL, SMALL_JOBS = 1000, 9, 10
 
@@ -64,3 +66,41 @@ def test_a_lone_partition_gets_every_claim(dsn: str, runs: psycopg.Connection[An
     run_until(app, lambda: runs.execute("SELECT count(*) FROM flow_runs").fetchone()[0] == 30)
     assert runs.execute("SELECT count(DISTINCT job_id) FROM flow_runs").fetchone()[0] == 30
     app.close()
+
+
+def run_one_slot_until(app: skiplock.App, condition: Any) -> None:
+    """One worker slot: its claims are the process's round-robin exactly (no second slot interleaving)."""
+    worker = app.worker(concurrency=1, poll_interval=0.05, handle_signals=False, adaptive_limit=False)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(condition, timeout=60, what="the runs")
+    finally:
+        worker.stop()
+        thread.join(30)
+
+
+def test_a_partition_of_weight_3_gets_3_times_the_claims(dsn: str, runs: psycopg.Connection[Any]) -> None:
+    app = make_app(dsn)
+    app.set_queue_limits("fair", fair=True, weights={"heavy": 3})
+    assert app.queue_limits()[0]["weights"] == {"heavy": 3}
+    for part in ("heavy", "light", "other"):
+        app.enqueue_many([("fair_job", {"part": part}, {"partition": part}) for _ in range(60)])
+    run_one_slot_until(app, lambda: runs.execute("SELECT count(*) FROM flow_runs").fetchone()[0] == 180)
+    order = [part for (part,) in runs.execute("SELECT part FROM flow_runs ORDER BY started, job_id")]
+    first = order[:75]  # while every partition has ready jobs: rounds of 3 + 1 + 1
+    assert (first.count("heavy"), first.count("light"), first.count("other")) == (45, 15, 15), first
+    # work-conserving: heavy ran out first, then the other two shared every claim
+    assert order.index("heavy") < order.index("light") and "heavy" not in order[100:]
+    assert runs.execute("SELECT count(DISTINCT job_id) FROM flow_runs").fetchone()[0] == 180
+    app.close()
+
+
+def test_bad_weights_are_refused(app: skiplock.App) -> None:
+    with pytest.raises(ConfigurationError, match="weight of partition 'a' must be a whole number from 1 to 1000"):
+        app.set_queue_limits("fair", fair=True, weights={"a": 0})
+    with pytest.raises(ConfigurationError, match="weights apply to a fair queue"):
+        app.set_queue_limits("fair", weights={"a": 2})
+    with pytest.raises(ConfigurationError, match="a weight's partition must be a non-empty string"):
+        app.set_queue_limits("fair", fair=True, weights={"": 2})
+    assert app.queue_limits() == []

@@ -10,6 +10,8 @@ import psycopg
 import pytest
 from outbox_receiver import Receiver
 from outbox_support import RelaySpawner
+
+from skiplock.outbox import HttpSink
 from psycopg import conninfo, sql
 
 
@@ -37,3 +39,11 @@ def spawn(tmp_path) -> Iterator[RelaySpawner]:
     s = RelaySpawner(tmp_path)
     yield s
     s.cleanup()
+
+
+@pytest.fixture
+def sink(receiver: Receiver) -> Iterator[HttpSink]:
+    """An HTTP sink to the receiver; a generous timeout: a loaded machine must not turn into a retry."""
+    s = HttpSink(receiver.url, timeout=60)
+    yield s
+    s.close()

@@ -16,6 +16,14 @@ from support import ChildProcess, wait_for, kill_all  # noqa: F401 - re-exported
 FAST_RETRY = Constant(0.05)  # retries due almost at once, so a retry test takes milliseconds
 
 
+def deliveries_by_message(receiver) -> dict[int, int]:
+    """How many times the receiver got each message id."""
+    out: dict[int, int] = {}
+    for d in receiver.deliveries():
+        out[d.message_id] = out.get(d.message_id, 0) + 1
+    return out
+
+
 def states(db) -> dict[str, int]:
     return {s: n for s, n in db.execute("SELECT state, count(*) FROM skiplock.outbox GROUP BY state").fetchall()}
 

@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 from outbox_backends import BACKENDS, Box
 from outbox_receiver import Action
-from outbox_support import FAST_RETRY, wait_for
+from outbox_support import FAST_RETRY, deliveries_by_message, wait_for
 
 import skiplock
 from skiplock.backend.outbox_base import Finish
@@ -30,18 +30,6 @@ def box(request: pytest.FixtureRequest) -> Iterator[Box]:
         b.close()
 
 
-@pytest.fixture
-def sink(receiver):
-    s = HttpSink(receiver.url, timeout=60)  # generous: a loaded machine must not turn into a retry
-    yield s
-    s.close()
-
-
-def per_message(receiver) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for d in receiver.deliveries():
-        out[d.message_id] = out.get(d.message_id, 0) + 1
-    return out
 
 
 # ---- writing -----------------------------------------------------------------------------------------
@@ -168,7 +156,7 @@ def test_two_relays_running_together_deliver_each_message_once(box: Box, receive
             r.stop()
             s.close()
             a.close()
-    counts = per_message(receiver)
+    counts = deliveries_by_message(receiver)
     assert len(counts) == 1000 and set(counts.values()) == {1}, "a message was delivered twice"
     assert receiver.effect_count() == 1000
     assert all(r.stats.sent > 0 for r in relays) and sum(r.stats.sent for r in relays) == 1000

@@ -13,7 +13,7 @@ from email.utils import format_datetime
 import psycopg
 import pytest
 from outbox_receiver import Action
-from outbox_support import FAST_RETRY, all_sent, row, states, wait_for
+from outbox_support import FAST_RETRY, deliveries_by_message, all_sent, row, states, wait_for
 
 import skiplock
 from skiplock.backend.outbox_base import Finish
@@ -39,18 +39,6 @@ def running(relays, sinks, apps) -> Iterator[None]:
             a.close()
 
 
-@pytest.fixture
-def sink(receiver):
-    s = HttpSink(receiver.url, timeout=60)  # generous: a loaded machine must not turn into a retry
-    yield s
-    s.close()
-
-
-def deliveries_by_message(receiver) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for d in receiver.deliveries():
-        out[d.message_id] = out.get(d.message_id, 0) + 1
-    return out
 
 
 def test_messages_committed_out_of_id_order_are_all_delivered(app, dsn, db, receiver, sink):
@@ -271,10 +259,10 @@ def test_a_dead_lettered_message_does_not_hold_up_its_key(app, db, receiver, sin
 def test_claimed_lease_fencing_and_the_rescuer(app, db):
     store = app.outbox.store
     ref = app.outbox.put("t", {}, max_attempts=2)
-    claimed, _ = store.claim_lease("relay-A/1", None, 10, 0.05)
+    claimed, _ = store.claim_lease("relay-A/1", None, 10, 1.0)
     assert [m.id for m in claimed] == [ref.id] and claimed[0].attempt == 1
     assert store.claim_lease("relay-B/1", None, 10, 30)[0] == []  # in flight: not claimable
-    wait_for(lambda: db.execute("SELECT lease_expires_at < now() FROM skiplock.outbox").fetchone()[0], 5, "lease expiry")
+    wait_for(lambda: db.execute("SELECT lease_expires_at < now() FROM skiplock.outbox").fetchone()[0], 10, "lease expiry")
     again, rescued = store.claim_lease("relay-B/2", None, 10, 30)  # B's claim rescues A's expired lease
     assert rescued == 1 and [m.attempt for m in again] == [2]
     assert store.finish_lease("relay-A/1", [Finish(ref.id, "sent")]) == []  # A is too late: fenced out

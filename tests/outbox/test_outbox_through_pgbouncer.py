@@ -10,7 +10,6 @@ from test_outbox_put import (  # noqa: F401
     test_rolled_back_transaction_publishes_nothing,
 )
 from test_outbox_relay import (  # noqa: F401
-    sink,
     test_claimed_lease_fencing_and_the_rescuer,
     test_messages_committed_out_of_id_order_are_all_delivered,
     test_receiver_returning_500_then_200_is_retried_with_backoff,

@@ -12,17 +12,9 @@ import pytest
 from outbox_support import all_sent, row, states, wait_for
 
 from skiplock.errors import DatabaseUnavailable
-from skiplock.outbox import HttpSink
 
 LONG_POLL = 120.0  # a relay that only polled would not claim again within any deadline below
 DEADLINE = 20.0
-
-
-@pytest.fixture
-def sink(receiver):
-    s = HttpSink(receiver.url, timeout=60)
-    yield s
-    s.close()
 
 
 def notes_until_marker(listener: psycopg.Connection, marker_dsn: str) -> list[tuple[str, str]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import skiplock
-from skiplock.backend.postgres import connections
+from skiplock.backend.postgres import connecting
 from skiplock.errors import ConfigurationError
 
 
@@ -32,7 +32,7 @@ def test_postgresql_15_is_supported_and_runs_a_job(pg15_dsn: str) -> None:
 
 def test_a_server_older_than_the_minimum_is_refused_with_one_clear_line(
         pg15_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(connections, "MIN_SERVER_VERSION", 160000, raising=False)  # above the real server's 15
+    monkeypatch.setattr(connecting, "MIN_SERVER_VERSION", 160000)  # above the real server's 15
     app = skiplock.App(pg15_dsn)
     try:
         with pytest.raises(ConfigurationError) as err:

@@ -33,7 +33,7 @@ def open_backend(dsn: str, schema: str = "skiplock", *, lease_timeout: float = 6
     found = scheme(dsn)
     if found is None or found in POSTGRES_SCHEMES:
         from .postgres.backend import PostgresBackend
-        from .postgres.connections import DEFAULT_CONNECT_TIMEOUT
+        from .postgres.connecting import DEFAULT_CONNECT_TIMEOUT
 
         return PostgresBackend(dsn, schema, lease_timeout=lease_timeout, direct_dsn=direct_dsn,
                                connect_timeout=DEFAULT_CONNECT_TIMEOUT if connect_timeout is None else connect_timeout)

@@ -354,4 +354,5 @@ def emit_json(document: Any) -> None:
 
 
 # The colour of each job state in tables (``status``, ``jobs``, ``queues``).
-STATE_STYLE = {"queued": "cyan", "running": "yellow", "done": "green", "failed": "red", "cancelled": "magenta"}
+STATE_STYLE = {"queued": "cyan", "running": "yellow", "done": "green", "failed": "red", "cancelled": "magenta",
+               "blocked": "blue"}

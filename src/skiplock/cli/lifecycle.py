@@ -28,7 +28,8 @@ def queues(obj: Context, as_json: bool) -> None:
         emit_json({"schema": app.schema, "queues": [{"queue": q["queue"], "paused": q["paused"],
                                                      "counts": {s: q["counts"].get(s, 0) for s in states},
                                                      "limits": q["limits"]}
-                                                    for q in rows]})
+                                                    for q in rows],
+                   "task_limits": app.task_limits()})
         return
     table = Table(title=plain(f"skiplock queues (schema {app.schema})"))
     table.add_column("queue")
@@ -42,6 +43,10 @@ def queues(obj: Context, as_json: bool) -> None:
     if not rows:
         table.add_row("(no queues)", "", *("0" for _ in states), "")
     console.print(table)
+    tasks = app.task_limits()
+    if tasks:
+        console.print("task limits set at runtime: " + "; ".join(
+            f"{t['task']}: {_limits_text(t) or 'none'}" for t in tasks), markup=False, soft_wrap=True)
 
 
 def _limits_text(limits: dict | None) -> str:  # type: ignore[type-arg]
@@ -49,8 +54,16 @@ def _limits_text(limits: dict | None) -> str:  # type: ignore[type-arg]
     if not limits:
         return ""
     parts = [f"concurrency {limits['concurrency']}" if limits["concurrency"] is not None else "", limits["rate"] or "",
-             "fair" if limits.get("fair") else ""]
+             _fair_text(limits)]
     return ", ".join(p for p in parts if p)
+
+
+def _fair_text(limits: dict) -> str:  # type: ignore[type-arg]
+    """"fair", with its weights: "fair (a=3, b=2)"."""
+    if not limits.get("fair"):
+        return ""
+    weights = limits.get("weights") or {}
+    return "fair" + (" (" + ", ".join(f"{p}={w}" for p, w in sorted(weights.items())) + ")" if weights else "")
 
 
 @click.command()

@@ -16,8 +16,10 @@ the Session's writes alone. Leaving the block flushes and releases it; an except
 Nothing in it can commit, roll back or close the lease itself. Under the claimed lease the Session's
 writes commit with the fenced ``done`` write (docs/leases.md: its transaction is open from the first
 statement to the end, so write at the end of a long job).
-``async def`` handlers get the same sync Session: today ``job.conn`` is a sync connection in them
-too (the worker runs them on a loop of the slot's thread).
+``async def`` handlers on the sync worker (``App.worker()``) get the same sync Session: ``job.conn`` is
+a sync connection in them too (the worker runs them on a loop of the slot's thread). On the asyncio
+worker (``AsyncApp.run_async_worker``), where ``job.conn`` is an ``AsyncConnection``,
+:func:`async_session` gives an ``AsyncSession`` on it, with the same promises.
 
 PostgreSQL-specific by design (tests/unit/test_import_contract.py, DRIVER_BY_DESIGN)."""
 
@@ -25,13 +27,13 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, Iterator
 
 import psycopg
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
@@ -167,6 +169,9 @@ def session(job: "Job", *, engine: Engine | None = None, **session_options: Any)
     lease = job.conn  # takes the job's savepoint
     if lease is None:
         raise ConfigurationError("session(job) is for a running job's handler: this job has no connection")
+    if isinstance(lease, psycopg.AsyncConnection):
+        raise ConfigurationError("this job's connection is an AsyncConnection (the asyncio worker): use "
+                                 "`async with async_session(job) as s:` in an async def handler")
     token = _lease.set(lease)
     try:
         with _lease_engine(engine).connect() as conn:
@@ -180,3 +185,85 @@ def session(job: "Job", *, engine: Engine | None = None, **session_options: Any)
                 s.commit()  # flushed, its savepoint released: commits with the job
     finally:
         _lease.reset(token)
+
+
+# ---- an AsyncSession on an asyncio-worker handler's lease ----------------------------------------
+
+_async_lease: contextvars.ContextVar["psycopg.AsyncConnection[Any] | None"] = contextvars.ContextVar(
+    "skiplock_sa_async_lease", default=None)
+_async_engines: dict[str, AsyncEngine] = {}
+
+
+class _AsyncLeaseConnection:
+    """The driver connection SQLAlchemy's asyncio dialect gets under a lease: the lease's psycopg
+    ``AsyncConnection``, which SQLAlchemy cannot commit, end or close (as :class:`_LeaseConnection`)."""
+
+    def __init__(self, conn: "psycopg.AsyncConnection[Any]"):
+        self._conn = conn
+
+    async def commit(self) -> None:
+        raise ConfigurationError("a skiplock handler's AsyncSession cannot commit the job's transaction: it "
+                                 "commits with the job's completion")
+
+    async def rollback(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    def add_notice_handler(self, handler: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+async def _from_async_lease() -> Any:
+    conn = _async_lease.get()
+    if conn is None:
+        raise ConfigurationError("skiplock's async lease engine connects only inside "
+                                 "skiplock.contrib.sqlalchemy.async_session(job)")
+    return _AsyncLeaseConnection(conn)
+
+
+def _async_lease_engine(engine: AsyncEngine | None) -> AsyncEngine:
+    """An async engine of ``engine``'s URL whose every connection is the current lease's."""
+    url = engine.url if engine is not None else "postgresql+psycopg://"
+    key = str(url)
+    with _engines_lock:
+        found = _async_engines.get(key)
+        if found is None:
+            found = _async_engines[key] = create_async_engine(url, async_creator=_from_async_lease,
+                                                              poolclass=NullPool, pool_reset_on_return=None,
+                                                              use_native_hstore=False)
+        return found
+
+
+@asynccontextmanager
+async def async_session(job: "Job", *, engine: AsyncEngine | None = None,
+                        **session_options: Any) -> AsyncIterator[AsyncSession]:
+    """An ``AsyncSession`` on ``job.conn`` for an ``async def`` handler on the asyncio worker (where
+    ``job.conn`` is the lease's ``AsyncConnection``): :func:`session`'s promises, awaited -- its writes
+    commit with the job's completion or not at all; it joins the lease's transaction with a savepoint
+    (``s.commit()`` releases it, ``s.rollback()`` undoes the session's writes alone); leaving the block
+    flushes and releases it, an exception rolls it back; nothing in it can commit, roll back or close
+    the lease. ``engine``: your ``AsyncEngine``, whose URL (dialect) it uses -- never its pool."""
+    lease = job.conn
+    if lease is None:
+        raise ConfigurationError("async_session(job) is for a running job's handler: this job has no connection")
+    if not isinstance(lease, psycopg.AsyncConnection):
+        raise ConfigurationError("async_session(job) needs the asyncio worker's AsyncConnection "
+                                 "(AsyncApp.run_async_worker); on App.worker() use `with session(job) as s:`")
+    token = _async_lease.set(lease)
+    try:
+        async with _async_lease_engine(engine).connect() as conn:
+            await conn.begin()  # SQLAlchemy's view of the lease's transaction: never committed by it
+            async with AsyncSession(bind=conn, join_transaction_mode="create_savepoint", **session_options) as s:
+                try:
+                    yield s
+                except BaseException:
+                    await s.rollback()
+                    raise
+                await s.commit()  # flushed, its savepoint released: commits with the job
+    finally:
+        _async_lease.reset(token)

@@ -19,7 +19,7 @@ from .filters import filter_from
 FINISHED_STATES = ("done", "failed", "cancelled")
 # Which states a bulk action applies to (the filter's state must be one of them: the confirmation's
 # count is then exactly the rows it touches).
-BULK_STATES = {"retry": ("failed", "cancelled"), "cancel": ("queued", "running"), "delete": FINISHED_STATES}
+BULK_STATES = {"retry": ("failed", "cancelled"), "cancel": ("queued", "running", "blocked"), "delete": FINISHED_STATES}
 
 
 class Actions:

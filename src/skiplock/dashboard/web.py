@@ -202,14 +202,11 @@ class Dashboard(Actions):
                            stale_after=stale_after)
 
     def queues(self, request: Request) -> Response:
-        """Each queue with jobs (counts bounded as on the overview) and its flow-control limits; a
-        queue with limits but no job is listed too (its limits are still in force). A backend without
-        flow control has no limits (``App.queue_limits`` is empty there)."""
-        summary = self.app.read_model.queue_summary(cap=COUNT_CAP)
-        limits = {q["queue"]: q for q in self.app.queue_limits()}
-        listed = {q.queue for q in summary}
-        return self.render(request, "queues.html", live="queues_live.html", title="Queues", queues=summary,
-                           limits=limits, limited_only=[q for name, q in sorted(limits.items()) if name not in listed])
+        """Each queue with jobs, paused or with flow-control limits (a limited queue with no job is
+        listed too: its limits are still in force), counts bounded as on the overview; all through
+        the read model (:meth:`ReadModel.queue_summary`). A backend without flow control has none."""
+        return self.render(request, "queues.html", live="queues_live.html", title="Queues",
+                           queues=self.app.read_model.queue_summary(cap=COUNT_CAP))
 
     def cron(self, request: Request) -> Response:
         now = datetime.now(timezone.utc)
@@ -286,7 +283,10 @@ class Dashboard(Actions):
         return JSONResponse({
             "queues": [{"queue": q.queue, "paused": q.paused, "counts": {s: count(c) for s, c in q.counts.items()},
                         "ready": count(q.ready),
-                        "head_age_seconds": None if q.head_age is None else q.head_age.total_seconds()}
+                        "head_age_seconds": None if q.head_age is None else q.head_age.total_seconds(),
+                        "limits": None if q.limits is None else {"concurrency": q.limits.concurrency,
+                                                                 "rate": q.limits.rate, "fair": q.limits.fair,
+                                                                 "weights": q.limits.weights}}
                        for q in summary],
             # the form of earlier versions: exact counts only (a capped one is left out of it)
             "counts": [{"queue": q.queue, "state": s, "count": c.n} for q in summary for s, c in q.counts.items()

@@ -20,7 +20,7 @@ import psycopg
 from psycopg import conninfo, sql
 from psycopg.pq import TransactionStatus
 
-from ..backend.postgres.connections import connect, row_of
+from ..backend.postgres.connecting import connect, row_of
 
 Error = psycopg.Error
 MARKER = "skiplock scenario scratch schema"  # COMMENT ON SCHEMA: we only ever drop schemas carrying it

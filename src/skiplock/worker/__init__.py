@@ -6,14 +6,19 @@
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .loop import Worker, WorkerStats
+    from .loop import Worker
+    from .stats import WorkerStats
 
 __all__ = ["Worker", "WorkerStats"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from . import loop
+    if name == "Worker":
+        from .loop import Worker
 
-        return getattr(loop, name)
+        return Worker
+    if name == "WorkerStats":
+        from .stats import WorkerStats
+
+        return WorkerStats
     raise AttributeError(f"module 'skiplock.worker' has no attribute {name!r}")

@@ -3,7 +3,9 @@ value (nothing is written here; the same outcome values and failure decisions as
 handler.py and failures.py).
 
 - An ``async def`` handler runs as a task on the worker's one event loop; a sync handler runs in a
-  thread (``asyncio.to_thread``), so it cannot block the loop.
+  thread (``asyncio.to_thread``), so it cannot block the loop. Under the transaction lease a sync
+  handler's ``job.conn`` is a sync facade of the lease's ``AsyncConnection`` (aio_sync_conn.py): its
+  statements run when called, in the job's transaction, and none runs once its run is over.
 - A task ``timeout`` is enforced with ``asyncio.wait_for``: past it the coroutine is cancelled (a
   sync handler's thread cannot be stopped: the worker stops waiting for it) and the attempt fails
   with ``JobTimeout``, retried by the task's policy like any failure.
@@ -15,11 +17,13 @@ handler.py and failures.py).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 from typing import TYPE_CHECKING, Any
 
 from ..job import Cancel, Cancelled, Done, Job, JobState, Outcome, Snooze, Snoozed
 from ..values import to_json
+from .aio_sync_conn import SyncLease
 from .failures import ResultNotStorable, decide_failure, format_error
 from .handler import JobTimeout
 
@@ -40,8 +44,15 @@ def make_async_job(claimed: "ClaimedJob", attempt: int, worker: str, conn: Any) 
 async def _invoke(task: "Task", job: Job) -> Any:
     if inspect.iscoroutinefunction(task.fn):
         result = await task.fn(job, **job.args)
-    else:
+    elif job._conn is None:
         result = await asyncio.to_thread(task.fn, job, **job.args)
+    else:  # a sync handler under the transaction lease: a sync job.conn on the lease (aio_sync_conn.py)
+        lease = SyncLease(job._conn, asyncio.get_running_loop())
+        try:
+            sync_job = dataclasses.replace(job, _conn=lease)  # type: ignore[arg-type]  # job.conn typed as the sync worker's
+            result = await asyncio.to_thread(task.fn, sync_job, **job.args)
+        finally:
+            lease.end_run()  # on the loop: no statement of this run starts after it
     if inspect.isawaitable(result):  # a sync callable that returned a coroutine
         result = await result
     return result

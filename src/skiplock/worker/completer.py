@@ -21,12 +21,13 @@ claimed lease's) and reads the lease's state through ``Lease`` (never a driver c
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING, Sequence
 
 from ..backend.base import ClaimedJob, Finish, Via, Write
-from ..errors import ConnectionLost, DatabaseError, storable_text
+from ..errors import ConnectionLost, DatabaseError, SkiplockError, storable_text
 from ..job import Cancelled, Done, Failed, LeaseLost, Outcome, RetryLater, Snoozed
 from .failures import decide_failure, format_error
 
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("skiplock.worker")
 
 CANCELLED_WHILE_RUNNING = "cancellation requested while the job ran"
+# How long a slot whose session was ended looks for a cancel that ended it (cancel_job polls the row
+# every 20 ms once it asked the session to end); a genuine outage answers at once (the read fails).
+CANCEL_SETTLE = 1.0
 
 
 class CancelledWhileRunning(ConnectionLost):
@@ -188,16 +192,38 @@ class Completer:
             except (ConnectionLost, DatabaseError):
                 broken = True
         written = finish(None, Finish(Via.FRESH, (write,))).get(claimed.id)
+        if broken and (written == "cancelled" or (written is None and self._cancelled_meanwhile(claimed.id))):
+            # a cancel request ended the session: a cancel, not an outage (recorded by our write, or by
+            # cancel_job itself once the dying session released the row)
+            raise CancelledWhileRunning(claimed, _as_written(outcome, "cancelled"))
         if written is None:
             log.warning("job %s: attempt %s's outcome was not written: the job is no longer queued, or its row is "
                         "still locked (its session has not exited yet, or another worker claimed it); then its "
                         "error is kept in job_attempts and recorded by the job's next finishing write",
                         claimed.id, attempt)
         if broken:
-            if written == "cancelled":  # a cancel request ended the session: a cancel, not an outage
-                raise CancelledWhileRunning(claimed, _as_written(outcome, written))
             raise ConnectionLost("the job's connection was lost during the attempt")
         return _as_written(outcome, written)
+
+    def _cancelled_meanwhile(self, job_id: int) -> bool:
+        """After a lost session whose outcome could not be written: did a cancel end it? ``cancel_job``
+        records its request, ends the job's session and cancels the row once the dying session has
+        released it -- which may be just after our write skipped the still-locked row. So look for a
+        while (:data:`CANCEL_SETTLE`) until the job is no longer in flight. Never raises: a database
+        that is gone answers False (the slot reconnects and says so)."""
+        deadline = time.monotonic() + CANCEL_SETTLE
+        while True:
+            try:
+                row = self.backend.get_job(job_id)
+            except SkiplockError:
+                return False
+            state = None if row is None else row.get("state")
+            if state == "cancelled":
+                return True
+            # 'running': the dying session still holds the row; 'queued': released, not cancelled (yet)
+            if state not in ("running", "queued") or time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
 
     def finish_batch(self, lease: "Lease", batch: int, done: Sequence[tuple[ClaimedJob, int, str | None]],
                      started_at: datetime, slot: str) -> list[Outcome]:

@@ -53,14 +53,20 @@ class FlowControl:
         self.backend: Any = app.backend
         self.queues = None if queues is None else list(queues)
         tasks = app.tasks.values()
-        self.limits = [TaskLimits(t.name, t.concurrency, t.partition_by,
-                                  None if t.rate is None else t.rate[1] / t.rate[0]) for t in tasks if t.limited]
-        self.limited_tasks = sorted(t.task for t in self.limits)
-        self.unlimited_tasks = sorted(t.name for t in tasks if not t.limited)
+        # the code's limits; a task's row in task_limits (runtime, migration 16) replaces them
+        self._code = {t.name: (t.concurrency, None if t.rate is None else t.rate[1] / t.rate[0]) for t in tasks}
+        self._runtime: dict[str, tuple[int | None, float | None]] = {}
+        self.limits: list[TaskLimits] = []
+        self.limited_tasks: list[str] = []
+        self.unlimited_tasks: list[str] = []
+        self._apply_task_limits()
         self.supported = self.backend.capabilities.flow_control
         if self.limits and not self.supported:
             raise ConfigurationError(f"task limits (concurrency, rate, partition_by: {', '.join(self.limited_tasks)}) "
                                      f"{NOT_SUPPORTED}")
+        sequenced = sorted(t.name for t in tasks if t.sequence_by is not None)
+        if sequenced and not self.supported:
+            raise ConfigurationError(f"task sequences (sequence_by: {', '.join(sequenced)}) {NOT_SUPPORTED}")
         if self.limits and fail_unknown_tasks:
             raise ConfigurationError("fail_unknown_tasks cannot be combined with task limits (concurrency, rate, "
                                      f"partition_by: {', '.join(self.limited_tasks)}): such a worker claims every task")
@@ -68,22 +74,44 @@ class FlowControl:
         self._held: dict[str, float] = {}  # rate-limited key -> monotonic time its next start is due
         self._limited_queues: list[str] = []
         self._fair_queues: list[str] = []
+        self._weights: dict[str, dict[str, int]] = {}  # fair queue -> {partition: weight} (absent: 1)
+        self._served: dict[str, tuple[str | None, int]] = {}  # fair queue -> (partition, claims in a row)
         self._cursor: dict[str, str | None] = {}  # fair queue -> the partition claimed from last
         self._read_at = float("-inf")
         self._waker: int | None = None  # the slot woken when the next held-back start is due
 
     # ---- what to claim ---------------------------------------------------------------------------
 
+    def _apply_task_limits(self) -> None:
+        """The effective task limits: each task's runtime row if it has one, else its code's. A task
+        with none (and no partition_by) is claimed by the plain claim; the lists are rebound, never
+        changed in place (the claims read them from other threads)."""
+        limits = []
+        for name, task in self.app.tasks.items():
+            concurrency, every = self._runtime.get(name, self._code[name])
+            if concurrency is not None or every is not None or task.partition_by is not None:
+                limits.append(TaskLimits(name, concurrency, task.partition_by, every))
+        self.limits = limits
+        self.limited_tasks = sorted(t.task for t in limits)
+        self.unlimited_tasks = sorted(set(self.app.tasks) - set(self.limited_tasks))
+
     def limited_queues(self) -> list[str]:
-        """This worker's queues that have limits now (re-read at most every REFRESH_SECONDS)."""
+        """This worker's queues that have limits now, and its tasks' runtime limits (both re-read at
+        most every REFRESH_SECONDS)."""
         if not self.supported:
             return []
         now = time.monotonic()
         if now - self._read_at >= REFRESH_SECONDS:
             rows = [r for r in self.backend.queue_limits() if self.queues is None or r[0] in self.queues]
+            runtime = {r[0]: (r[1], None if r[2] is None else r[3] / r[2])
+                       for r in self.backend.task_limits() if r[0] in self.app.tasks}
             with self._lock:
                 self._limited_queues = [r[0] for r in rows]
                 self._fair_queues = [r[0] for r in rows if r[5]]
+                self._weights = {r[0]: dict(r[6] or {}) for r in rows if r[5]}
+                if runtime != self._runtime:
+                    self._runtime = runtime
+                    self._apply_task_limits()
                 self._read_at = now
         return self._limited_queues
 
@@ -241,9 +269,23 @@ class FlowControl:
                         held_tasks.append(json.loads(key)[1])
                 after = partition  # step over this partition
                 continue
-            self._cursor[queue] = partition
+            self._advance(queue, after, partition)
             return job
         return None
+
+    def _advance(self, queue: str, after: str | None, partition: str | None) -> None:
+        """After a fair claim from ``partition`` (found after ``after``): a partition of weight w
+        keeps the cursor where it was -- so the next claim finds it again -- until it has had w
+        claims in a row (or has nothing left: the next claim then moves on by itself)."""
+        weight = self._weights.get(queue, {}).get(partition or "", 1)
+        last, n = self._served.get(queue, (None, 0))
+        n = n + 1 if last == partition else 1
+        if n < weight:
+            self._served[queue] = (partition, n)
+            self._cursor[queue] = after
+        else:
+            self._served[queue] = (partition, 0)
+            self._cursor[queue] = partition
 
 
 def _rule_out(key: str, held_queues: list[str], held_tasks: list[str], held_keys: list[str]) -> None:

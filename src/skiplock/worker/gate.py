@@ -6,13 +6,17 @@ process -- it waits until no other handler of the process is running, and no oth
 until it is done (a waiting exclusive run goes before new shared ones) -- so if the process dies
 then, the crash is its own and its attempt is charged (see ``start_attempt`` in queries.sql). Runs
 of other jobs never share a crash with it.
+
+``RunGate`` is the sync worker's (threads); ``AsyncRunGate`` the asyncio worker's (tasks on one loop),
+with the same rule.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from contextlib import contextmanager
-from typing import Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import AsyncIterator, Iterator
 
 
 class RunGate:
@@ -64,4 +68,45 @@ class RunGate:
             with self._cond:
                 self._exclusive = False
                 self._shared += held
+                self._cond.notify_all()
+
+
+class AsyncRunGate:
+    """The process's run gate on its event loop (``RunGate``'s rule, for tasks): handlers run
+    ``shared``; a suspect's handler runs ``exclusive`` -- it waits until no other handler of the process
+    runs, and none starts until it is done (a waiting exclusive run goes before new shared ones) -- so
+    if the process dies then, the crash is its own and its attempt is charged."""
+
+    def __init__(self) -> None:
+        self._cond = asyncio.Condition()
+        self._shared = 0
+        self._exclusive = False
+        self._waiting = 0
+
+    @asynccontextmanager
+    async def shared(self) -> AsyncIterator[None]:
+        async with self._cond:
+            await self._cond.wait_for(lambda: not self._exclusive and not self._waiting)
+            self._shared += 1
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        async with self._cond:
+            self._waiting += 1
+            try:
+                await self._cond.wait_for(lambda: not self._exclusive and not self._shared)
+            finally:
+                self._waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._exclusive = False
                 self._cond.notify_all()

@@ -17,19 +17,18 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..values import MAX_QUEUE_CHARS, check_text
 from ..errors import ConfigurationError, DatabaseError, DatabaseUnavailable
-from ..job import Cancelled, Done, Failed, LeaseLost, RetryLater, Snoozed
 from ..lifecycle import Signals, escalate
 from ..maintenance.periodic import Scheduler
 from ..maintenance.pruner import Pruner
 from ..maintenance.rescuer import Rescuer
 from ..maintenance.service import Service
 from ..reconnect import Reconnects, quiet_driver_noise
-from .batching import DEFAULT_BATCH_SIZE, BatchPolicy, ClaimSize
+from .batching import DEFAULT_BATCH_SIZE, BatchPolicy
+from .claiming import Claimer
 from .completer import CancelledWhileRunning
 from .executor import Executor
 from .flow import FlowControl
@@ -37,6 +36,7 @@ from .governor import Governor
 from .heartbeat import Heartbeat
 from .listener import Listener
 from .presence import Presence
+from .stats import WorkerStats
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
@@ -47,39 +47,8 @@ log = logging.getLogger("skiplock.worker")
 
 # Connections a starting worker leaves free for everyone else (producers enqueueing, tools).
 CONNECTION_HEADROOM = 2
-# After a flow claim found nothing, a slot whose plain claims find work tries it first again only
-# after this long (an empty plain claim tries it at once).
-FLOW_REST_SECONDS = 0.05
 # How long a stopping worker waits for its hooks to be handed the events emitted so far.
 HOOKS_DRAIN_SECONDS = 5.0
-
-
-@dataclass
-class WorkerStats:
-    done: int = 0
-    retried: int = 0
-    failed: int = 0
-    snoozed: int = 0
-    cancelled: int = 0
-    lost: int = 0
-    reconnects: int = 0
-    aborted: bool = False
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def count(self, outcome: object) -> None:
-        with self._lock:
-            if isinstance(outcome, Done):
-                self.done += 1
-            elif isinstance(outcome, RetryLater):
-                self.retried += 1
-            elif isinstance(outcome, Failed):
-                self.failed += 1
-            elif isinstance(outcome, Snoozed):
-                self.snoozed += 1
-            elif isinstance(outcome, Cancelled):
-                self.cancelled += 1
-            elif isinstance(outcome, LeaseLost):
-                self.lost += 1
 
 
 class Worker:
@@ -129,10 +98,7 @@ class Worker:
         self.rescue_interval = rescue_interval
         self.metrics_interval = metrics_interval  # seconds between samples of the queue gauges (metrics on)
         self.fail_unknown_tasks = bool(fail_unknown_tasks)
-        self._claim_tasks: list[str] | None = None  # set by run(): the task names claimed (None: every one)
         self.flow: FlowControl | None = None  # set by run(): the flow claim (worker/flow.py)
-        self._flow_first: dict[int, bool] = {}  # per slot: which claim goes first next (they alternate)
-        self._flow_rest: dict[int, float] = {}  # per slot: no flow claim first before this (it found none)
         self.listen = listen
         self.listener: Listener | None = None
         self._wake_up = threading.Condition()
@@ -147,6 +113,7 @@ class Worker:
         self._busy: set[int] = set()
         self._signals = 0
         self.governor = Governor(concurrency, adaptive=bool(adaptive_limit))
+        self.claimer = Claimer(self)  # claiming.py: which claim, how many jobs
 
     # ---- control -------------------------------------------------------------------------------
 
@@ -194,6 +161,14 @@ class Worker:
 
     # ---- running -------------------------------------------------------------------------------
 
+    @property
+    def _claim_tasks(self) -> list[str] | None:
+        """The tasks the plain claim takes (None: every one): those without flow limits now (task
+        limits can change at runtime: worker/flow.py re-reads them)."""
+        if self.fail_unknown_tasks or self.flow is None:
+            return None
+        return self.flow.unlimited_tasks
+
     def run(self, stop_when_empty: bool = False) -> WorkerStats:
         """Run until stopped (or, with ``stop_when_empty``, until no job is available)."""
         self.app._ready()  # clear error now if the database or schema is not usable
@@ -201,7 +176,6 @@ class Worker:
         self._stop_when_empty = stop_when_empty
         # Flow-controlled tasks (limits in code) are claimed by the flow claim only (worker/flow.py).
         self.flow = FlowControl(self.app, self.queues, self.fail_unknown_tasks)
-        self._claim_tasks = None if self.fail_unknown_tasks else self.flow.unlimited_tasks
         presence = Presence(self.app.backend, self.name, list(self.app.tasks), self.queues, concurrency=self.concurrency)
         self.services.append(presence)
         quiet_driver_noise()
@@ -292,82 +266,6 @@ class Worker:
             f"maintenance) and leaves {CONNECTION_HEADROOM} free for producers, but only {available} can be opened "
             f"({why}); {advice}")
 
-    def _claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
-               index: int) -> tuple[list[Any], bool]:
-        """Claim the next job(s) in a new transaction of ``lease``. Returns them, and whether this slot
-        now holds a batch turn (only while it has a batch of fast jobs to run; see ``batch_slots``).
-        When flow-controlled jobs may be waiting (worker/flow.py), each slot alternates which claim
-        it tries first, the flow claim (one job) or the plain one, and tries the other if it finds none."""
-        executor.gate.wait_open(self._stopping)  # no claim while a suspect runs alone (see gate.py)
-        flow = self.flow
-        if flow is None or not flow.active():
-            return self._plain_claim(lease, size, executor, index)
-        plain = self._claim_tasks is None or bool(self._claim_tasks)
-        first = self._flow_first[index] = not self._flow_first.get(index, False)
-        now = time.monotonic()
-        if not plain or (first and now >= self._flow_rest.get(index, 0.0)):
-            claimed = self._flow_claim(flow, lease, executor, index)
-            if claimed or not plain:
-                return claimed, False
-            # none: this slot's next claims are plain ones for a moment (while they find work, a flow
-            # claim that finds nothing would double their round trips); an empty plain claim still
-            # tries the flow claim at once (below)
-            self._flow_rest[index] = now + FLOW_REST_SECONDS
-            return self._plain_claim(lease, size, executor, index)
-        claimed, turn = self._plain_claim(lease, size, executor, index)
-        if claimed:
-            return claimed, turn
-        lease.rollback()
-        return self._flow_claim(flow, lease, executor, index), False
-
-    def _flow_claim(self, flow: FlowControl, lease: "Lease", executor: Executor, index: int) -> list[Any]:
-        """One flow-controlled job (worker/flow.py). A claim of one job is always "full": there may be
-        more, so two idle slots are woken to look too, as after a full plain claim."""
-        claimed = flow.claim(lease, executor.bookkeeping, index)
-        if claimed:
-            self.wake(every=False, slots=2)
-        return claimed
-
-    def _plain_claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
-                     index: int) -> tuple[list[Any], bool]:
-        """The plain claim (no flow control): up to ``size`` jobs of the unlimited tasks."""
-        limit = size.value
-        turn = limit > 1 and size.instant
-        if turn:
-            turn = self.batching.take_turn(index, self._stopping)
-            if not turn:
-                limit = 1
-            if self._stopping.is_set():
-                if turn:
-                    self.batching.give_turn(index)
-                return [], False
-        try:
-            lease.begin()
-            tracing = self.app.tracing
-            if tracing is None:
-                claimed = self.app.backend.claim(lease, self.queues, limit, tasks=self._claim_tasks)
-            else:  # the claim span (observability/tracing.py)
-                with tracing.claim(f"{self.name}/{index}") as span:
-                    claimed = self.app.backend.claim(lease, self.queues, limit, tasks=self._claim_tasks)
-                    span.set_attribute("skiplock.claimed", len(claimed))
-            if len(claimed) > 1 and executor.alone(claimed[0].task):
-                # A job that runs alone came first: let the others go at once, take one.
-                size.alone()
-                lease.rollback()
-                lease.begin()
-                claimed = self.app.backend.claim(lease, self.queues, 1, tasks=self._claim_tasks)
-        except BaseException:
-            if turn:
-                self.batching.give_turn(index)
-            raise
-        if claimed and log.isEnabledFor(logging.DEBUG):
-            log.debug("slot %s/%s claimed %d job(s) (ids %s..%s, limit %d)", self.name, index, len(claimed),
-                      claimed[0].id, claimed[-1].id, limit)
-        if turn and len(claimed) <= 1:  # no batch to run: the turn is someone else's
-            self.batching.give_turn(index)
-            turn = False
-        return claimed, turn
-
     def _slot(self, index: int, executor: Executor) -> None:
         slot_name = f"{self.name}/{index}"
         backend: "Backend" = self.app.backend
@@ -392,7 +290,7 @@ class Worker:
                     try:
                         began = time.perf_counter()
                         wakes = self._wakes
-                        claimed, turn = self._claim(lease, size, executor, index)
+                        claimed, turn = self.claimer.claim(lease, size, executor, index)
                         if backoff.failures:  # the connection works: an outage (if any) is over
                             recovery.connected(f"slot {slot_name}")
                         try:

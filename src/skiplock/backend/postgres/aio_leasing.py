@@ -28,7 +28,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ...errors import DatabaseUnavailable
 from ..base import ClaimedJob
-from .connections import CLIENT_TCP, session_options, with_connect_timeout
+from .connecting import CLIENT_TCP, session_options, with_connect_timeout
 from .errors import translate
 
 if TYPE_CHECKING:

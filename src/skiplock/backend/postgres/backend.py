@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from ...errors import SchemaError
-from .connections import connect, row_of
+from .connecting import connect, row_of
 from .leasing import Leasing
 from .operating import Operating
 from .queries import load_migrations

@@ -14,7 +14,8 @@ from psycopg.rows import tuple_row
 
 from ..base import ClaimedJob, Finish, FlowKey, Lease, TaskLimits
 from ..finishing import dispatch
-from .connections import PostgresConnections, row_of
+from .connecting import row_of
+from .connections import PostgresConnections
 from .errors import translate
 from .lease import PostgresLease, PostgresSession
 

@@ -3,16 +3,17 @@ waiters, retention (prune) and cron ticks."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import psycopg
 from psycopg.rows import dict_row
 
 from ...errors import DatabaseError, DatabaseUnavailable
 from ..base import NewJob
-from .connections import row_of
+from .connecting import row_of
 from .errors import UNIQUE_VIOLATION, translate
 from .producing import KEYED_ATTEMPTS, Producing
 
@@ -91,6 +92,9 @@ class Operating(Producing):
     def forget_cancel_request(self, job_id: int) -> None:
         self._one("forget_cancel_request", {"id": job_id})
 
+    def cancel_failed_head(self, job_id: int, reason: str) -> bool:
+        return self._one("cancel_failed_head", {"id": job_id, "reason": reason}) is not None
+
     def retry_job(self, job_id: int) -> bool:
         """True if the job was put back; False if it does not exist, is not failed or cancelled, or
         a queued or running job holds its unique_key (also one committed during this statement)."""
@@ -132,18 +136,33 @@ class Operating(Producing):
         return [r[0] for r in self._all("paused_queues")]
 
     def set_queue_limit(self, queue: str, concurrency: int | None, rate: tuple[int, float] | None,
-                        fair: bool = False) -> None:
+                        fair: bool = False, weights: Mapping[str, int] | None = None) -> None:
         """A queue's limits (flow control), read by every worker's next claim; none: no row."""
         if concurrency is None and rate is None and not fair:
             self._one("clear_queue_limit", {"queue": queue})
             return
         self._one("set_queue_limit", {"queue": queue, "concurrency": concurrency,
                                       "rate_count": None if rate is None else rate[0],
-                                      "rate_period": None if rate is None else rate[1], "fair": bool(fair)})
+                                      "rate_period": None if rate is None else rate[1], "fair": bool(fair),
+                                      "weights": json.dumps(dict(weights or {}))})
 
     def queue_limits(self) -> list[tuple[Any, ...]]:
-        """(queue, concurrency, rate_count, rate_period, updated_at, fair) per queue with limits."""
+        """(queue, concurrency, rate_count, rate_period, updated_at, fair, weights) per queue with limits."""
         return [tuple(r) for r in self._all("queue_limits")]
+
+    def set_task_limit(self, task: str, concurrency: int | None, rate: tuple[int, float] | None,
+                       clear: bool = False) -> None:
+        """A task's limits at runtime, over its code's (``clear``: back to the code's)."""
+        if clear:
+            self._one("clear_task_limit", {"task": task})
+            return
+        self._one("set_task_limit", {"task": task, "concurrency": concurrency,
+                                     "rate_count": None if rate is None else rate[0],
+                                     "rate_period": None if rate is None else rate[1]})
+
+    def task_limits(self) -> list[tuple[Any, ...]]:
+        """(task, concurrency, rate_count, rate_period, updated_at) per task with runtime limits."""
+        return [tuple(r) for r in self._all("task_limits")]
 
     def add_waiter(self, job_id: int) -> None:
         self._one("add_waiter", {"id": job_id})

@@ -124,13 +124,14 @@ class Producing(PostgresConnections):
             return self.q["enqueue_one"], {
                 "wake": self.wake_payload, "queue": j.queue, "task": j.task, "args": j.args_json,
                 "priority": j.priority, "max_attempts": j.max_attempts, "run_at": j.run_at,
-                "partition": j.partition,
+                "partition": j.partition, "sequence": j.sequence, "on_failure": j.sequence_on_failure,
             }
         return self.q["enqueue_many"], {
             "wake": self.wake_payload, "queues": [j.queue for j in jobs], "tasks": [j.task for j in jobs],
             "args": [j.args_json for j in jobs], "priorities": [j.priority for j in jobs],
             "max_attempts": [j.max_attempts for j in jobs], "run_ats": [j.run_at for j in jobs],
-            "partitions": [j.partition for j in jobs],
+            "partitions": [j.partition for j in jobs], "sequences": [j.sequence for j in jobs],
+            "on_failures": [j.sequence_on_failure for j in jobs],
         }
 
     def enqueue_unique_statement(self, job: NewJob, unique_key: str) -> tuple[str, dict[str, Any]]:
@@ -146,7 +147,8 @@ class Producing(PostgresConnections):
         (measured on a local socket, COPY is ahead from ~50 jobs, and 1.9x at 1,000; the threshold
         leaves room for the extra round trips of a network: BEGIN, the id reservation, COPY, COMMIT)."""
         _not_async(conn)
-        if len(jobs) >= COPY_MIN_JOBS and not any(j.partition is not None for j in jobs):  # COPY has no partition column
+        # COPY has no partition or sequence column
+        if len(jobs) >= COPY_MIN_JOBS and not any(j.partition is not None or j.sequence is not None for j in jobs):
             if conn is None:
                 with self._conn() as c, c.transaction():
                     return self._copy_jobs(c, jobs)

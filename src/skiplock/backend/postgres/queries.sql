@@ -342,12 +342,16 @@ SELECT upd.state,
 -- One statement for any number of jobs: parallel arrays unnested in order; ids come back in
 -- input order. One NOTIFY on the fixed channel `skiplock` wakes idle workers when the inserting
 -- transaction commits (a hint only: workers also poll).
+-- A job with a sequence is made its sequence's head or 'blocked' by the trigger of migration 15, row
+-- by row in input order (see 0015_sequences.sql).
 WITH ins AS (
-INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, run_at, partition)
-SELECT queue, task, args, priority, max_attempts, coalesce(run_at, now()), partition
+INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, run_at, partition, sequence,
+                           sequence_on_failure)
+SELECT queue, task, args, priority, max_attempts, coalesce(run_at, now()), partition, sequence, on_failure
   FROM unnest(%(queues)s::text[], %(tasks)s::text[], %(args)s::text[]::jsonb[], %(priorities)s::int[],
-              %(max_attempts)s::int[], %(run_ats)s::timestamptz[], %(partitions)s::text[])
-       WITH ORDINALITY AS j(queue, task, args, priority, max_attempts, run_at, partition, n)
+              %(max_attempts)s::int[], %(run_ats)s::timestamptz[], %(partitions)s::text[],
+              %(sequences)s::text[], %(on_failures)s::text[])
+       WITH ORDINALITY AS j(queue, task, args, priority, max_attempts, run_at, partition, sequence, on_failure, n)
  ORDER BY n
 RETURNING id),
 wake AS (SELECT pg_notify('skiplock', %(wake)s))
@@ -374,9 +378,10 @@ COPY {schema}.jobs (id, queue, task, args, priority, max_attempts, run_at) FROM 
 
 -- name: enqueue_one
 WITH ins AS (
-INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, run_at, partition)
+INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, run_at, partition, sequence,
+                           sequence_on_failure)
 VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s, %(max_attempts)s, coalesce(%(run_at)s, now()),
-        %(partition)s)
+        %(partition)s, %(sequence)s, %(on_failure)s)
 RETURNING id),
 wake AS (SELECT pg_notify('skiplock', %(wake)s))
 SELECT id FROM ins, wake;
@@ -560,12 +565,13 @@ SELECT unique_key, id FROM {schema}.jobs
 -- Recorded without waiting on the job's row lock; returns the job's state as committed.
 WITH j AS (SELECT id, state FROM {schema}.jobs WHERE id = %(id)s),
 ins AS (INSERT INTO {schema}.job_cancellations (job_id, reason)
-        SELECT id, %(reason)s FROM j WHERE state IN ('queued', 'running')
+        SELECT id, %(reason)s FROM j WHERE state IN ('queued', 'running', 'blocked')
         ON CONFLICT (job_id) DO NOTHING)
 SELECT state FROM j;
 
 -- name: cancel_if_unlocked
--- Cancels a queued job nobody holds; skips (returns nothing) if a worker holds its lease. Errors
+-- Cancels a queued (or blocked: sequences) job nobody holds; skips (returns nothing) if a worker
+-- holds its lease. A sequence's head cancelled makes the next job the head (migration 15). Errors
 -- still pending in job_attempts (see `record_outcome`) are folded in as the row goes.
 WITH p AS MATERIALIZED (SELECT (SELECT pending_errors FROM {schema}.job_attempts WHERE job_id = %(id)s) AS pending),
 upd AS (
@@ -575,7 +581,7 @@ UPDATE {schema}.jobs
                                                 WHERE job_id = %(id)s), ''),
        errors = CASE WHEN p.pending IS NULL THEN errors ELSE {schema}.append_errors(errors, p.pending) END
   FROM p
- WHERE id = (SELECT id FROM {schema}.jobs WHERE id = %(id)s AND state = 'queued' FOR UPDATE SKIP LOCKED)
+ WHERE id = (SELECT id FROM {schema}.jobs WHERE id = %(id)s AND state IN ('queued', 'blocked') FOR UPDATE SKIP LOCKED)
 RETURNING id),
 requests_done AS (DELETE FROM {schema}.job_cancellations WHERE job_id IN (SELECT id FROM upd)),
 attempts_done AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM upd))
@@ -595,6 +601,16 @@ SELECT pg_terminate_backend(s.pid)
         SELECT b.backend_pid, b.started_at FROM {schema}.job_batches b WHERE b.ids @> ARRAY[%(id)s::bigint]) a
   JOIN pg_stat_activity s ON s.pid = a.backend_pid
  WHERE s.xact_start <= a.started_at AND s.application_name LIKE 'skiplock-worker%%';
+
+-- name: cancel_failed_head
+-- A failed job that still holds its sequence (the rule 'wait', migration 15) cancelled by an operator:
+-- the sequence goes on (its next job becomes the head, in the same statement, by the trigger).
+-- Any other job: no row.
+UPDATE {schema}.jobs j
+   SET state = 'cancelled', last_error = 'cancelled: ' || %(reason)s
+ WHERE j.id = %(id)s AND j.state = 'failed' AND j.sequence IS NOT NULL
+   AND EXISTS (SELECT FROM {schema}.job_sequences s WHERE s.key = j.sequence AND s.head = j.id)
+RETURNING j.id;
 
 -- name: forget_cancel_request
 DELETE FROM {schema}.job_cancellations WHERE job_id = %(id)s;
@@ -678,6 +694,9 @@ LISTEN skiplock;
 WITH victims AS (
 SELECT id FROM {schema}.jobs
  WHERE state = %(state)s AND finished_at < clock_timestamp() - %(age)s::float8 * interval '1 second'
+   -- a failed job holding its sequence (rule 'wait', migration 15) stays until retried or cancelled
+   AND (sequence IS NULL OR NOT EXISTS (SELECT FROM {schema}.job_sequences s
+                                         WHERE s.key = jobs.sequence AND s.head = jobs.id))
  ORDER BY finished_at
  LIMIT %(batch)s
    FOR UPDATE SKIP LOCKED),
@@ -1024,17 +1043,33 @@ SELECT ok.granted, (SELECT count(*) FROM cur) = cardinality(%(keys)s::text[]),
 -- name: set_queue_limit
 -- Per-queue limits (`skiplock limit`; the caller deletes the row instead when no limit is left, so
 -- the plain claims take the queue again). Running workers read the new row at their next claim.
-INSERT INTO {schema}.queue_limits AS l (queue, concurrency, rate_count, rate_period, fair)
-VALUES (%(queue)s, %(concurrency)s, %(rate_count)s, %(rate_period)s, %(fair)s)
+-- %(weights)s: a fair queue's partition weights (migration 16), a JSON object.
+INSERT INTO {schema}.queue_limits AS l (queue, concurrency, rate_count, rate_period, fair, weights)
+VALUES (%(queue)s, %(concurrency)s, %(rate_count)s, %(rate_period)s, %(fair)s, %(weights)s::jsonb)
 ON CONFLICT (queue) DO UPDATE
    SET concurrency = EXCLUDED.concurrency, rate_count = EXCLUDED.rate_count, rate_period = EXCLUDED.rate_period,
-       fair = EXCLUDED.fair, updated_at = now();
+       fair = EXCLUDED.fair, weights = EXCLUDED.weights, updated_at = now();
 
 -- name: clear_queue_limit
 DELETE FROM {schema}.queue_limits WHERE queue = %(queue)s RETURNING queue;
 
 -- name: queue_limits
-SELECT queue, concurrency, rate_count, rate_period, updated_at, fair FROM {schema}.queue_limits ORDER BY queue;
+SELECT queue, concurrency, rate_count, rate_period, updated_at, fair, weights FROM {schema}.queue_limits ORDER BY queue;
+
+-- name: set_task_limit
+-- A task's limits at runtime (migration 16; `skiplock limit --task`): they replace the code's in every
+-- worker with the task at its next refresh. The caller deletes the row to go back to the code's.
+INSERT INTO {schema}.task_limits AS l (task, concurrency, rate_count, rate_period)
+VALUES (%(task)s, %(concurrency)s, %(rate_count)s, %(rate_period)s)
+ON CONFLICT (task) DO UPDATE
+   SET concurrency = EXCLUDED.concurrency, rate_count = EXCLUDED.rate_count, rate_period = EXCLUDED.rate_period,
+       updated_at = now();
+
+-- name: clear_task_limit
+DELETE FROM {schema}.task_limits WHERE task = %(task)s RETURNING task;
+
+-- name: task_limits
+SELECT task, concurrency, rate_count, rate_period, updated_at FROM {schema}.task_limits ORDER BY task;
 
 -- name: worker_seen
 -- A worker says it is alive, with what it can take: inserted at start, last_seen refreshed every few
@@ -1305,7 +1340,10 @@ SELECT j.id
 -- (SKIP LOCKED), never waited on. Their attempt rows go with them. Returns the ids deleted.
 WITH gone AS (
   DELETE FROM {schema}.jobs WHERE id IN (
-    SELECT id FROM {schema}.jobs WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('done', 'failed', 'cancelled')
+    SELECT id FROM {schema}.jobs j WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('done', 'failed', 'cancelled')
+       -- not a failed job holding its sequence (migration 15): retry or cancel it instead
+       AND (j.sequence IS NULL OR NOT EXISTS (SELECT FROM {schema}.job_sequences s
+                                               WHERE s.key = j.sequence AND s.head = j.id))
        FOR UPDATE SKIP LOCKED)
   RETURNING id),
 attempts AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM gone))
@@ -1343,7 +1381,7 @@ WITH RECURSIVE in_flight AS MATERIALIZED (
   SELECT f.job_id, j.queue FROM {schema}.attempts_in_flight f JOIN {schema}.jobs j ON j.id = f.job_id),
 pairs(state, queue) AS (
   SELECT s.state, (SELECT min(j.queue) FROM {schema}.jobs j WHERE j.state = s.state)
-    FROM (VALUES ('queued'), ('running'), ('done'), ('failed'), ('cancelled')) AS s(state)
+    FROM (VALUES ('queued'), ('running'), ('done'), ('failed'), ('cancelled'), ('blocked')) AS s(state)
   UNION ALL
   SELECT p.state, (SELECT min(j.queue) FROM {schema}.jobs j WHERE j.state = p.state AND j.queue > p.queue)
     FROM pairs p WHERE p.queue IS NOT NULL),

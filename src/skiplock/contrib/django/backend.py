@@ -37,7 +37,8 @@ from .compat import (BaseTaskBackend, InvalidTaskError, ResultDoesNotExist, Task
                      TaskResultStatus, task_enqueued, task_finished, task_started)
 from .connection import bound_to_lease, psycopg_connection
 
-STATUS = {JobState.QUEUED: TaskResultStatus.READY, JobState.RUNNING: TaskResultStatus.RUNNING,
+STATUS = {JobState.QUEUED: TaskResultStatus.READY, JobState.BLOCKED: TaskResultStatus.READY,
+          JobState.RUNNING: TaskResultStatus.RUNNING,
           JobState.DONE: TaskResultStatus.SUCCESSFUL, JobState.FAILED: TaskResultStatus.FAILED,
           JobState.CANCELLED: TaskResultStatus.FAILED}
 

@@ -1,0 +1,122 @@
+"""A worker slot's claim: which claim it makes (the plain one, or the flow claim) and how many jobs it takes.
+
+Guarantees:
+
+- No claim while a suspect runs alone in the process (gate.py): the slot waits at the gate first.
+- The plain claim takes up to ``size`` jobs of the unlimited tasks (``FOR UPDATE SKIP LOCKED``, in a
+  new transaction of the slot's lease); more than one only with a batch turn of the worker's
+  :class:`~skiplock.worker.batching.BatchPolicy` (``batch_slots``), given back when there is no batch
+  to run. A job that must run alone (``executor.alone``) coming first makes it let the others go at
+  once and take that one.
+- Flow-controlled jobs (worker/flow.py) are claimed only by the flow claim, one at a time. When they
+  may be waiting, each slot alternates which claim it tries first and tries the other if it finds
+  none; a flow claim that found nothing is not tried first again
+  for ``FLOW_REST_SECONDS`` while plain claims find work.
+- A full claim wakes two idle slots to look too (a burst reaches n slots in about log2(n) round trips).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from .batching import ClaimSize
+from .executor import Executor
+from .flow import FlowControl
+
+if TYPE_CHECKING:
+    from ..backend.base import Lease
+    from .loop import Worker
+
+log = logging.getLogger("skiplock.worker")
+
+# After a flow claim found nothing, a slot whose plain claims find work tries it first again only
+# after this long (an empty plain claim tries it at once).
+FLOW_REST_SECONDS = 0.05
+
+
+class Claimer:
+    """The claims of one :class:`~skiplock.worker.loop.Worker` (``w``), per slot ``index``: its queues,
+    tasks, batching policy and flow claim are the worker's."""
+
+    def __init__(self, worker: "Worker"):
+        self.w = worker
+        self._flow_first: dict[int, bool] = {}  # per slot: which claim goes first next (they alternate)
+        self._flow_rest: dict[int, float] = {}  # per slot: no flow claim first before this (it found none)
+
+    def claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
+              index: int) -> tuple[list[Any], bool]:
+        """Claim the next job(s) in a new transaction of ``lease``. Returns them, and whether this slot
+        now holds a batch turn (only while it has a batch of fast jobs to run; see ``batch_slots``).
+        When flow-controlled jobs may be waiting (worker/flow.py), each slot alternates which claim
+        it tries first, the flow claim (one job) or the plain one, and tries the other if it finds none."""
+        executor.gate.wait_open(self.w._stopping)  # no claim while a suspect runs alone (see gate.py)
+        flow = self.w.flow
+        if flow is None or not flow.active():
+            return self._plain_claim(lease, size, executor, index)
+        plain = self.w._claim_tasks is None or bool(self.w._claim_tasks)
+        first = self._flow_first[index] = not self._flow_first.get(index, False)
+        now = time.monotonic()
+        if not plain or (first and now >= self._flow_rest.get(index, 0.0)):
+            claimed = self._flow_claim(flow, lease, executor, index)
+            if claimed or not plain:
+                return claimed, False
+            # none: this slot's next claims are plain ones for a moment (while they find work, a flow
+            # claim that finds nothing would double their round trips); an empty plain claim still
+            # tries the flow claim at once (below)
+            self._flow_rest[index] = now + FLOW_REST_SECONDS
+            return self._plain_claim(lease, size, executor, index)
+        claimed, turn = self._plain_claim(lease, size, executor, index)
+        if claimed:
+            return claimed, turn
+        lease.rollback()
+        return self._flow_claim(flow, lease, executor, index), False
+
+    def _flow_claim(self, flow: FlowControl, lease: "Lease", executor: Executor, index: int) -> list[Any]:
+        """One flow-controlled job (worker/flow.py). A claim of one job is always "full": there may be
+        more, so two idle slots are woken to look too, as after a full plain claim."""
+        claimed = flow.claim(lease, executor.bookkeeping, index)
+        if claimed:
+            self.w.wake(every=False, slots=2)
+        return claimed
+
+    def _plain_claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
+                     index: int) -> tuple[list[Any], bool]:
+        """The plain claim (no flow control): up to ``size`` jobs of the unlimited tasks."""
+        limit = size.value
+        turn = limit > 1 and size.instant
+        if turn:
+            turn = self.w.batching.take_turn(index, self.w._stopping)
+            if not turn:
+                limit = 1
+            if self.w._stopping.is_set():
+                if turn:
+                    self.w.batching.give_turn(index)
+                return [], False
+        try:
+            lease.begin()
+            tracing = self.w.app.tracing
+            if tracing is None:
+                claimed = self.w.app.backend.claim(lease, self.w.queues, limit, tasks=self.w._claim_tasks)
+            else:  # the claim span (observability/tracing.py)
+                with tracing.claim(f"{self.w.name}/{index}") as span:
+                    claimed = self.w.app.backend.claim(lease, self.w.queues, limit, tasks=self.w._claim_tasks)
+                    span.set_attribute("skiplock.claimed", len(claimed))
+            if len(claimed) > 1 and executor.alone(claimed[0].task):
+                # A job that runs alone came first: let the others go at once, take one.
+                size.alone()
+                lease.rollback()
+                lease.begin()
+                claimed = self.w.app.backend.claim(lease, self.w.queues, 1, tasks=self.w._claim_tasks)
+        except BaseException:
+            if turn:
+                self.w.batching.give_turn(index)
+            raise
+        if claimed and log.isEnabledFor(logging.DEBUG):
+            log.debug("slot %s/%s claimed %d job(s) (ids %s..%s, limit %d)", self.w.name, index, len(claimed),
+                      claimed[0].id, claimed[-1].id, limit)
+        if turn and len(claimed) <= 1:  # no batch to run: the turn is someone else's
+            self.w.batching.give_turn(index)
+            turn = False
+        return claimed, turn
