@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import pytest
 
 import skiplock
-from skiplock import readmodel
+from skiplock import job_reads
 from skiplock.backend.mysql import MySQLBackend
 from skiplock.errors import DatabaseError
 from skiplock.readmodel import BoundedCount, JobFilter
@@ -259,7 +259,7 @@ def test_pickup_latency_as_percentile_cont(app: skiplock.App, backend: MySQLBack
 
 def test_args_search_pages_window_by_window_skipping_nothing(app: skiplock.App,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(readmodel, "ARGS_WINDOW", 10)
+    monkeypatch.setattr(job_reads, "ARGS_WINDOW", 10)
     ids = app.enqueue_many([("noop", {"note": "Needle" if i in (2, 24) else "hay"}) for i in range(30)])
     found, pages, after = [], 0, None
     while True:
