@@ -75,6 +75,10 @@ class Operating(MySQLConnections):
         with self._conn() as c, c.cursor() as cur:
             cur.execute(self.q["forget_cancellation"], {"id": job_id})
 
+    def cancel_failed_head(self, job_id: int, reason: str) -> bool:
+        """No sequences on this backend (docs/mysql.md): no failed job holds one, so never (False)."""
+        return False
+
     def retry_job(self, job_id: int) -> bool:
         """Queue a failed/cancelled job again; False if it is not one, or its unique key is held."""
         try:
