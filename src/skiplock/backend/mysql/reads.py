@@ -73,7 +73,10 @@ class MySQLReads:
                 try:
                     cur.execute(self.q[f"dash_timeout_{kind}_reset"])
                 except Exception:  # noqa: BLE001 - the statement's own error is the one to raise
-                    pass
+                    try:  # never pooled with the limit still set: closed, so _conn discards it
+                        cur.connection.close()
+                    except Exception:  # noqa: BLE001
+                        pass
 
     def _bounded(self, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """Run one named statement under the dashboard's statement time limit; its rows."""
