@@ -115,11 +115,12 @@ def measure(dsn: str, requests: int = REQUESTS) -> dict[str, dict[str, float]]:
     import skiplock
     from skiplock.dashboard import create_app
 
+    from skiplock.readmodel import JobFilter
+
     app = skiplock.App(dsn)
-    try:
-        with psycopg.connect(dsn, autocommit=True) as c:
-            row = c.execute("SELECT max(id) FROM skiplock.jobs WHERE state = 'failed'").fetchone()
-        job = row[0] if row and row[0] is not None else 1
+    try:  # the newest failed job (any backend: through the read model)
+        failed = app.read_model.find_jobs(JobFilter(state="failed"), limit=1).items
+        job = failed[0].id if failed else 1
         since = (datetime.now(timezone.utc) - timedelta(hours=1)).isoformat(timespec="seconds")
         web = create_app(app, token=TOKEN)
         out: dict[str, dict[str, float]] = {}

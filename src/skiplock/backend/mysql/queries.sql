@@ -879,8 +879,7 @@ DELETE FROM {job_attempts} WHERE job_id = %(id)s;
 -- reference inside a derived table, so the probes and the per-pair capped counts are one short
 -- statement each, run by reads.py on one session:
 -- * the (state, queue) pairs that have jobs: a loose index scan of jobs_claim (state, queue, …) --
---   one index probe per pair (the next queue after the last one found, for each of the five
---   states; `dash_next_queue`);
+--   one index probe per pair (`dash_queue_pairs`);
 -- * each pair counted by a range of jobs_claim stopped after %(cap)s entries (the caller passes the
 --   cap + 1, plus the transaction-lease jobs in flight for 'queued'): a count above the cap means
 --   "more than the cap", and the caller then asks the optimiser's estimate of that range (EXPLAIN:
@@ -889,15 +888,11 @@ DELETE FROM {job_attempts} WHERE job_id = %(id)s;
 --   the caller, as `counts` does; the queued pair's count reads that many more entries, so it is
 --   still exact up to the cap after the move.
 
--- name: dash_next_queue
--- The loose index scan, one probe: the first queue after %(after)s (NULL: the first queue) that has
--- jobs in %(state)s -- one entry of jobs_claim (state, queue, …) read. The caller repeats it per
--- state until no row comes back. (Not a recursive CTE: there the correlated probe is a ref on state
--- alone and reads every entry of the state; bound values make it a range on (state, queue).)
-SELECT queue FROM {jobs} FORCE INDEX (jobs_claim)
- WHERE state = %(state)s AND (%(after)s IS NULL OR queue > %(after)s)
- ORDER BY queue
- LIMIT 1;
+-- name: dash_queue_pairs
+-- Every (queue, state) that has jobs: the server's own loose index scan of jobs_claim (state, queue,
+-- …) -- "Using index for group-by", one index probe per group, never every entry (a GROUP BY on a
+-- prefix of the index with no other column read; MySQL 8 and MariaDB both do it).
+SELECT queue, state FROM {jobs} FORCE INDEX (jobs_claim) GROUP BY state, queue;
 
 -- name: dash_in_flight
 -- The transaction-lease jobs in flight (as `running_now` says it), with their queue: (queue, job id).

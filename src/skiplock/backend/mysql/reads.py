@@ -23,7 +23,6 @@ from .sql import _naive_utc, _utc
 # A dashboard statement is ended by the server past this many milliseconds (as on PostgreSQL).
 STATEMENT_TIMEOUT_MS = 5000
 
-STATES = ("queued", "running", "done", "failed", "cancelled")
 FILTER_KEYS = ("state", "queue", "task", "error_class", "since", "until", "args")
 ROW_KEYS = ("id", "queue", "task", "state", "priority", "attempts", "max_attempts", "run_at", "created_at",
             "started_at", "finished_at", "last_error", "worker")
@@ -146,17 +145,10 @@ class MySQLReads:
         return {"counts": [(q, s, n) for (q, s), n in sorted(counts.items()) if n > 0], "heads": heads,
                 "estimates": estimates}
 
-    def _pairs(self, cur: Any) -> Iterator[tuple[str, str]]:
+    def _pairs(self, cur: Any) -> list[tuple[str, str]]:
         """(queue, state) of every pair that has jobs: the loose index scan, one probe per pair."""
-        for state in STATES:
-            after = None
-            while True:
-                cur.execute(self.q["dash_next_queue"], {"state": state, "after": after})
-                row = cur.fetchone()
-                if row is None:
-                    break
-                after = str(row[0])
-                yield after, state
+        cur.execute(self.q["dash_queue_pairs"])
+        return [(str(r[0]), str(r[1])) for r in cur.fetchall()]
 
     def throughput(self, seconds: float) -> list[tuple[datetime, int, int, int]]:
         """(minute, done, failed, cancelled) of the jobs finished in the last ``seconds``."""
