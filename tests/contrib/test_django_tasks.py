@@ -64,7 +64,7 @@ def test_skiplock_enqueue_on_djangos_connection_follows_the_savepoint(django_db)
 # ---- the backend contract: priorities, run_after, queues, results -----------------------------
 
 
-def test_the_backend_declares_what_it_supports():
+def test_the_backend_declares_what_it_supports(django_dsn):  # Django set up, whatever ran before
     from skiplock.contrib.django.compat import task_backends
 
     backend = task_backends["default"]
@@ -97,7 +97,7 @@ def test_run_after_defers_the_task(django_db):
     assert [r for (r,) in django_db.execute("select label from django_runs")] == ["now"]
 
 
-def test_run_after_must_be_aware():
+def test_run_after_must_be_aware(django_dsn):  # Django set up (alone in its test process, it was not)
     from datetime import datetime
 
     from skiplock.contrib.django.compat import InvalidTaskError
