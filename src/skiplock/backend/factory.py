@@ -43,7 +43,6 @@ def open_backend(dsn: str, schema: str = "skiplock", *, lease_timeout: float = 6
         except ImportError as exc:
             raise ConfigurationError(f"the MySQL/MariaDB backend needs its driver ({exc.name}): "
                                      "pip install 'skiplock[mysql]'") from None
-        # cast: the verbs not implemented yet are set on the class (mysql/backend.py: NOT_IMPLEMENTED)
         return cast(Backend, MySQLBackend(dsn, schema, lease_timeout=lease_timeout,
                                           connect_timeout=5.0 if connect_timeout is None else connect_timeout))
     raise ConfigurationError(f"unsupported DSN scheme {found!r} (DSN {redact_dsn(dsn)}); skiplock supports "

@@ -231,7 +231,7 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             fail(str(exc), 3)
         except SkiplockError as exc:
             fail(str(exc), 2)
-        except NotImplementedError as exc:  # a verb this database's backend does not have yet (MySQL: issue 12)
+        except NotImplementedError as exc:  # a verb this database's backend does not have
             fail(f"not supported on this database: {exc}", 2)
         except KeyboardInterrupt:
             fail("interrupted", 130)

@@ -15,7 +15,8 @@ What it guarantees, as PostgresBackend does (docs/guarantees.md, docs/mysql.md):
 - only skiplock errors leave it; no message or repr carries the password; identifiers are the
   validated, quoted table names of :func:`names`; every value is a bound parameter.
 
-Not yet (issue 12; see docs/mysql.md): the asyncio worker (it has no asyncio lease verbs:
+Not on this backend (docs/mysql.md): flow control and sequences (``Capabilities.flow_control``
+is False: refused in one line), and the asyncio worker (it has no asyncio lease verbs:
 ``run_async_worker`` refuses this backend). ``AsyncApp`` enqueues, and the outbox puts, on the
 caller's asyncio connection through ``run_async`` (producing.py, steps.py); the outbox is outbox.py.
 """
@@ -33,7 +34,7 @@ from .leasing import Leasing
 from .operating import Operating
 from .producing import Producing
 from .reads import MySQLReads
-from .sql import NOT_YET, migrations
+from .sql import migrations
 
 
 ALREADY_THERE = frozenset({1060, 1061})  # duplicate column name, duplicate key name
@@ -128,22 +129,3 @@ class MySQLBackend(Leasing, Producing, Operating, MySQLReads):
 
         return MySQLOutboxStore(self)
 
-
-def _not_yet(name: str) -> Any:
-    import inspect
-
-    from ..base import Backend
-
-    def verb(self: MySQLBackend, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"{name} is {NOT_YET}")
-    verb.__name__ = name
-    verb.__signature__ = inspect.signature(getattr(Backend, name))  # type: ignore[attr-defined]
-    verb.__doc__ = f"Not yet on MySQL/MariaDB (issue 12): raises NotImplementedError."
-    return verb
-
-
-# The port's verbs this slice does not implement yet (docs/mysql.md lists them): present, so the
-# backend satisfies the port's shape, and each says so when called.
-NOT_IMPLEMENTED: tuple[str, ...] = ()
-for _name in NOT_IMPLEMENTED:
-    setattr(MySQLBackend, _name, _not_yet(_name))

@@ -22,7 +22,6 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 LOCK_WAIT_SECONDS = 5  # innodb_lock_wait_timeout of every skiplock session
 CLAIM_RETRIES = 5
 ENQUEUE_CHUNK = 1000
-NOT_YET = "not yet on the MySQL/MariaDB backend (issue 12)"
 
 
 def quote_identifier(name: str) -> str:
