@@ -101,8 +101,9 @@ class MySQLReads:
         return int(self._bounded("dash_id_floor", {"before": before, "window": int(window)})[0][0])
 
     def matching_job_ids(self, flt: Mapping[str, Any], before: int | None, limit: int) -> list[int]:
-        """The ids of the jobs ``find_jobs`` would list, newest first, below ``before``, at most ``limit``."""
-        return [int(r[0]) for r in self._bounded("dash_matching_ids", _filter_params(flt, before, limit))]
+        """The ids of the jobs ``find_jobs`` would list, newest first, below ``before``, at most ``limit``:
+        the very same statement (``dash_find_jobs``: one WHERE, one scan), its first column."""
+        return [int(r[0]) for r in self._bounded("dash_find_jobs", _filter_params(flt, before, limit))]
 
     def queue_summary(self, cap: int) -> dict[str, list[tuple[Any, ...]]]:
         """The dashboard's per-queue figures, bounded at any table size (queries.sql, "the dashboard's
