@@ -9,8 +9,10 @@ patching internals):
 
 - **which jobs run alone** (``alone``): claimed-lease tasks (they commit the claim), tasks with a
   ``timeout`` (a timeout ends the whole session), and tasks not (yet) measured fast -- a handler
-  that has not run in this worker, or whose recent runs average more than ``fast_seconds``
-  (``batch_budget / 10``): a slow job in a batch would hold its batch-mates' locks while it runs;
+  that has not run in this worker, or whose recent runs took more than ``fast_seconds``
+  (``batch_budget / 10``) at their first quartile (of its last ``RUNS_KEPT``: runs stretched by a
+  machine short of CPU do not make a fast task slow): a slow job in a batch would hold its
+  batch-mates' locks while it runs;
 - **how many jobs a claim takes** (:class:`ClaimSize`, one per slot): starts at 1 and doubles up to
   ``batch_size`` while whole batches run within ``batch_budget``;
 - **how many slots run batches of near-instant jobs at once** (``batch_slots`` turns): such a batch
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -39,6 +42,8 @@ if TYPE_CHECKING:
 # was 1.1 / 1.8 / 3.2 / 3.8 x the pgbench baseline. 32 keeps a batch within the 64 subtransaction
 # ids PostgreSQL caches per transaction even when every handler writes (one savepoint each).
 DEFAULT_BATCH_SIZE = 32
+# How many of a task's recent handler times decide whether it is fast (their median).
+RUNS_KEPT = 15
 
 
 @dataclass
@@ -109,7 +114,8 @@ class BatchPolicy:
         self.fast_seconds = self.batch_budget / 10
         # A batch turn held this long is stuck (a batch of near-instant jobs takes milliseconds).
         self.stuck_after = max(1.0, 20 * self.batch_budget)
-        self._seconds: dict[str, float] = {}  # per task: moving average of its handler's run time
+        self._runs: dict[str, deque[float]] = {}  # per task: its handler's last RUNS_KEPT run times
+        self._seconds: dict[str, float] = {}  # per task: their first quartile
         self._turns = threading.BoundedSemaphore(batch_slots)
         self._turns_taken: dict[int, float] = {}  # slot index -> when it took its batch turn
 
@@ -130,9 +136,17 @@ class BatchPolicy:
         return seconds is None or seconds > self.fast_seconds
 
     def measured(self, task: str, seconds: float) -> None:
-        """A handler of ``task`` ran for ``seconds`` (a moving average decides ``alone``)."""
-        average = self._seconds.get(task)
-        self._seconds[task] = seconds if average is None else 0.8 * average + 0.2 * seconds
+        """A handler of ``task`` ran for ``seconds`` (the first quartile of its last runs decides
+        ``alone``). Not a mean: on a machine short of CPU a 1 ms handler often takes tens of
+        milliseconds of wall time (it waits for a core, and for the GIL, after its I/O), and a mean
+        then sent every job of the task to run alone, one transaction each -- more CPU per job, so
+        longer waits, so more jobs alone: measured, 8 processes x 8 slots of 1 ms jobs on 2 cores ran
+        two thirds of their claims alone. A task is slow when most of its runs are, not a few."""
+        runs = self._runs.get(task)
+        if runs is None:
+            runs = self._runs[task] = deque(maxlen=RUNS_KEPT)
+        runs.append(seconds)
+        self._seconds[task] = sorted(runs)[len(runs) // 4]
 
     # ---- turns ----------------------------------------------------------------------------------
 
