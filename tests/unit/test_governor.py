@@ -23,27 +23,29 @@ def governor(slots: int = 64, **kw) -> tuple[Governor, Clock]:
     return Governor(slots, window=1.0, min_samples=4, clock=clock, **kw), clock
 
 
-def window(g: Governor, clock: Clock, overhead: float, *, waited: bool = True, samples: int = 10) -> int:
-    """One window: ``samples`` leases with this overhead per job, a slot waiting for a permit if
-    ``waited``; returns the limit after the window closes."""
+def window(g: Governor, clock: Clock, overhead: float, *, waited: bool = True, samples: int = 10,
+           batched: bool = False) -> int:
+    """One window: ``samples`` leases with this overhead per job (of batched tasks if ``batched``),
+    a slot waiting for a permit if ``waited``; returns the limit after the window closes."""
     for _ in range(samples):
-        g.observe(overhead)
+        g.observe(overhead, batched=batched)
     if waited:
         g._waited = True  # what acquire() records when a slot finds every permit taken
     clock.now += 1.0
-    g.observe(overhead)  # the first sample of the next window closes this one
+    g.observe(overhead, batched=batched)  # the first sample of the next window closes this one
     return g.limit
 
 
 def test_permits_beyond_the_limit_wait_and_a_release_lets_one_in():
     g, _ = governor(slots=8, start=2, floor=1)
     stop = threading.Event()
-    assert g.acquire(stop) and g.acquire(stop)
+    first, second = g.acquire(stop), g.acquire(stop)
+    assert first is not None and second is not None
     entered = threading.Event()
     t = threading.Thread(target=lambda: g.acquire(stop) and entered.set())
     t.start()
     assert not entered.wait(0.2)  # a third slot waits while two leases are held
-    g.release()
+    g.release(first)
     assert entered.wait(5)
     t.join(5)
     assert g.held == 2
@@ -52,14 +54,14 @@ def test_permits_beyond_the_limit_wait_and_a_release_lets_one_in():
 def test_stopping_releases_a_waiting_slot_without_a_permit():
     g, _ = governor(slots=2, start=1, floor=1)
     stop = threading.Event()
-    assert g.acquire(stop)
-    got: list[bool] = []
+    assert g.acquire(stop) is not None
+    got: list[object] = []
     t = threading.Thread(target=lambda: got.append(g.acquire(stop)))
     t.start()
     stop.set()
     g.wake_all()
     t.join(5)
-    assert got == [False] and g.held == 1
+    assert got == [None] and g.held == 1
 
 
 def test_the_limit_grows_while_slots_wait_and_leases_stay_cheap_up_to_every_slot():
@@ -110,3 +112,59 @@ def test_without_adaptation_every_slot_holds_a_lease():
 def test_a_small_worker_starts_with_every_slot(slots):
     g, _ = governor(slots=slots)
     assert g.limit == slots
+
+
+def test_a_permit_keeps_its_state_and_the_last_one_given_back_is_handed_out_first():
+    g, _ = governor(slots=4, start=2, floor=1)
+    stop = threading.Event()
+    first, second = g.acquire(stop), g.acquire(stop)
+    assert first is not None and second is not None and first is not second
+    first.state, second.state = "warm 1", "warm 2"
+    g.release(first)
+    g.release(second)
+    again = g.acquire(stop)
+    assert again is second and again.state == "warm 2"  # a slot taking it over inherits its claim size
+
+
+def test_a_holder_is_told_to_give_its_permit_back_when_the_limit_falls_below_the_permits_held():
+    g, _ = governor(slots=8, start=2, floor=1)
+    stop = threading.Event()
+    a, b = g.acquire(stop), g.acquire(stop)
+    assert a is not None and b is not None and not g.over()
+    g.limit = 1  # what a shrinking window does
+    assert g.over()
+    g.release(b)
+    assert not g.over()
+
+
+def test_leases_of_batched_tasks_never_grow_past_the_start_in_one_process():
+    g, clock = governor(slots=64, start=16, floor=4)
+    g.share(1)
+    assert [window(g, clock, 0.0001, batched=True) for _ in range(10)] == [16] * 10
+    assert [window(g, clock, 0.0, samples=1, batched=True) for _ in range(3)] == [16] * 3  # few samples too
+
+
+def test_processes_sharing_a_database_each_keep_their_share_while_batching():
+    g, clock = governor(slots=8, start=16, floor=4)
+    assert g.limit == 8
+    g.share(8)  # 8 live worker processes: 16 / 8 leases each
+    assert g.cap == 2
+    assert window(g, clock, 0.0001, batched=True) == 2  # cut to the share at the first batched window
+    assert [window(g, clock, 0.0001, batched=True) for _ in range(5)] == [2] * 5
+    g.share(3)  # some stopped: a bigger share, grown into while slots wait
+    limits = [window(g, clock, 0.0001, batched=True) for _ in range(10)]
+    assert limits == sorted(limits) and limits[-1] == 6
+
+
+def test_slower_jobs_claimed_one_at_a_time_adapt_past_the_share():
+    g, clock = governor(slots=64, start=16, floor=4)
+    g.share(8)
+    limits = [window(g, clock, 0.0001, batched=False) for _ in range(40)]
+    assert limits[-1] == 64
+    assert window(g, clock, 0.0001, batched=True) == 2  # fast jobs again: back to the share
+
+
+def test_the_share_stays_at_least_one_permit():
+    g, _ = governor(slots=4, start=16)
+    g.share(1000)
+    assert g.cap == 1

@@ -31,7 +31,18 @@ import threading
 import time
 from collections import deque
 from statistics import median
-from typing import Callable
+from typing import Any, Callable
+
+
+class Permit:
+    """One of the governor's permits. ``state`` is what its holders keep with it from one lease to
+    the next -- the worker keeps the claim size there, so a permit handed to another slot arrives
+    with the batch size its last holder reached instead of starting again at one job."""
+
+    __slots__ = ("state",)
+
+    def __init__(self) -> None:
+        self.state: Any = None
 
 
 class Governor:
@@ -40,8 +51,10 @@ class Governor:
                  adaptive: bool = True, clock: Callable[[], float] = time.monotonic):
         self.slots = slots
         self.adaptive = adaptive
+        self.start = start
         self.floor = min(slots, floor)
         self.limit = slots if not adaptive else max(self.floor, min(slots, start))
+        self.cap = max(self.limit, min(slots, start)) if adaptive else slots  # permits while batching (share())
         self.tolerance = tolerance
         self.slack = slack
         self.window = window
@@ -49,8 +62,11 @@ class Governor:
         self._clock = clock
         self._cond = threading.Condition()
         self._held = 0
+        self._free: list[Permit] = []  # permits given back, the last one on top (handed out first)
         self._waited = False  # a slot waited for a permit in this window
+        self._ticker = False  # a waiter wakes every window (see acquire)
         self._samples: list[float] = []
+        self._batched = 0  # leases of this window that ran jobs of batched (fast) tasks
         self._window_start = clock()
         self._medians: deque[float] = deque(maxlen=history)
         self.changes = 0  # how often the limit moved (for logs and tests)
@@ -59,33 +75,71 @@ class Governor:
     def held(self) -> int:
         return self._held
 
-    def acquire(self, stopping: threading.Event) -> bool:
-        """Wait for a permit; False (and no permit) once ``stopping`` is set."""
+    def acquire(self, stopping: threading.Event) -> Permit | None:
+        """Wait for a permit; None (and no permit) once ``stopping`` is set. The permit given back
+        last is handed out first (its ``state`` is the warmest)."""
         with self._cond:
             while self._held >= self.limit:
                 if stopping.is_set():
-                    return False
+                    return None
                 self._waited = True
-                self._cond.wait(0.05)
+                # One waiter (the ticker) wakes every window to move the limit when no lease ends
+                # meanwhile; the others sleep until a permit frees (or a second): with Python threads,
+                # every wake-up takes the GIL from a running handler, and dozens of waiting slots
+                # polling at once cost the busy ones measurably (docs/benchmarks.md, the sweep).
+                if self._ticker:
+                    self._cond.wait(1.0)
+                else:
+                    self._ticker = True
+                    try:
+                        self._cond.wait(self.window)
+                    finally:
+                        self._ticker = False
                 self._tick()
             self._held += 1
-            return True
+            return self._free.pop() if self._free else Permit()
 
-    def release(self) -> None:
+    def share(self, processes: int) -> None:
+        """``processes`` live worker processes (this one included) claim from the same database: while
+        its leases run batches, this process keeps at most its share of ``start`` permits, at least one -- so 8 processes of 8 slots hold about as
+        many leases as one process of 16, instead of 64. Each process's own adaptation cannot see
+        that: a lease more in one process barely moves its claims' latency, while every process doing
+        the same collapses them all (measured on 2 cores, 1 ms jobs, 8 x 8 slots: 540-590 jobs/s
+        against 5,000+ with two permits each; docs/benchmarks.md). It binds while most leases run
+        jobs of tasks the worker batches (fast ones: many rows held per lease); slower jobs, claimed
+        one at a time, still adapt up to every slot."""
+        if not self.adaptive:
+            return
+        with self._cond:
+            self.cap = max(1, min(self.slots, -(-self.start // max(1, processes))))
+            if self.limit > self.cap and 2 * self._batched >= len(self._samples) > 0:
+                self.limit = self.cap
+                self.changes += 1
+
+    def over(self) -> bool:
+        """More permits are held than the limit now allows (it fell): a holder should give its back."""
+        return self._held > self.limit
+
+    def release(self, permit: Permit) -> None:
         with self._cond:
             self._held -= 1
+            self._free.append(permit)
             self._cond.notify()
 
     def wake_all(self) -> None:
         with self._cond:
             self._cond.notify_all()
 
-    def observe(self, seconds: float) -> None:
-        """One lease's overhead per job: its wall time less its handlers' time, per job it ran."""
+    def observe(self, seconds: float, batched: bool = False) -> None:
+        """One lease's overhead per job: its wall time less its handlers' time, per job it ran.
+        ``batched``: its jobs are of tasks the worker batches (fast ones), whether or not this claim
+        found more than one."""
         if not self.adaptive:
             return
         with self._cond:
             self._samples.append(seconds)
+            if batched:
+                self._batched += 1
             self._tick()
 
     def _tick(self) -> None:
@@ -95,19 +149,26 @@ class Governor:
         now = self._clock()
         if now - self._window_start < self.window:
             return
-        samples, waited = self._samples, self._waited
-        self._samples, self._waited, self._window_start = [], False, now
+        samples, waited, batched = self._samples, self._waited, self._batched
+        self._samples, self._waited, self._batched, self._window_start = [], False, 0, now
         before = self.limit
+        # The share (see share()) binds while most leases run fast (batched) tasks' jobs: many rows held
+        # per lease is what every other claim steps over. Leases of slower jobs, claimed one at a time,
+        # adapt up to every slot.
+        cap = self.cap if 2 * batched >= len(samples) > 0 else self.slots
         if len(samples) >= self.min_samples:
             m = median(samples)
             self._medians.append(m)
             baseline = min(self._medians)
             if m > self.tolerance * baseline and m - baseline > self.slack:
-                self.limit = max(self.floor, int(self.limit * max(0.5, self.tolerance * baseline / m)))
-            elif waited:
-                self.limit = min(self.slots, self.limit + max(1, self.limit // 8))
-        elif waited:
-            self.limit = min(self.slots, self.limit * 2)
+                floor = min(self.floor, cap)
+                self.limit = max(floor, int(self.limit * max(0.5, self.tolerance * baseline / m)))
+            elif self.limit > cap:  # batches again (after slower jobs): back to the share
+                self.limit = cap
+            elif waited and self.limit < cap:
+                self.limit = min(cap, self.limit + max(1, self.limit // 8))
+        elif waited:  # few leases ended: long jobs (or a few long batches), not evidence of contention
+            self.limit = max(self.limit, min(cap, self.limit * 2))
         if self.limit != before:
             self.changes += 1
             if self.limit > before:

@@ -27,12 +27,12 @@ from ..maintenance.pruner import Pruner
 from ..maintenance.rescuer import Rescuer
 from ..maintenance.service import Service
 from ..reconnect import Reconnects, quiet_driver_noise
-from .batching import DEFAULT_BATCH_SIZE, BatchPolicy
+from .batching import DEFAULT_BATCH_SIZE, BatchPolicy, ClaimSize
 from .claiming import Claimer
 from .completer import CancelledWhileRunning
 from .executor import Executor
 from .flow import FlowControl
-from .governor import Governor
+from .governor import Governor, Permit
 from .heartbeat import Heartbeat
 from .listener import Listener
 from .presence import Presence
@@ -176,7 +176,8 @@ class Worker:
         self._stop_when_empty = stop_when_empty
         # Flow-controlled tasks (limits in code) are claimed by the flow claim only (worker/flow.py).
         self.flow = FlowControl(self.app, self.queues, self.fail_unknown_tasks)
-        presence = Presence(self.app.backend, self.name, list(self.app.tasks), self.queues, concurrency=self.concurrency)
+        presence = Presence(self.app.backend, self.name, list(self.app.tasks), self.queues, concurrency=self.concurrency,
+                            on_live=self.governor.share)
         self.services.append(presence)
         quiet_driver_noise()
         self.recovery = Reconnects(self.app.backend.dsn, log, cap=self.max_reconnect_delay)
@@ -266,28 +267,40 @@ class Worker:
             f"maintenance) and leaves {CONNECTION_HEADROOM} free for producers, but only {available} can be opened "
             f"({why}); {advice}")
 
+    def _claim_size(self) -> ClaimSize:
+        size = self.batching.claim_size()
+        if not self.app.backend.capabilities.batched_claims:  # every claim takes one job
+            size.maximum = size.value = 1
+        return size
+
     def _slot(self, index: int, executor: Executor) -> None:
         slot_name = f"{self.name}/{index}"
         backend: "Backend" = self.app.backend
         lease: "Lease | None" = None
-        size = self.batching.claim_size()
-        if not backend.capabilities.batched_claims:  # every claim takes one job
-            size.maximum = size.value = 1
         recovery = self.recovery
         assert recovery is not None
         backoff = recovery.backoff()
+        permit: Permit | None = None  # the governor's permit this slot holds, if any
         try:
             while not self._stopping.is_set():
                 try:
                     if lease is not None and not lease.alive():  # a timed-out job's, or found gone
                         lease.close()
                         lease = None
-                    if lease is None:
-                        lease = backend.connect_lease(f"skiplock-worker {slot_name}")
-                        self._leases[index] = lease
-                    if not self.governor.acquire(self._stopping):
-                        continue
+                    # The permit first, the connection second: a slot the governor keeps waiting opens
+                    # no session, so extra slots cost neither connections nor the server's CPU.
+                    if permit is None:
+                        permit = self.governor.acquire(self._stopping)
+                        if permit is None:
+                            continue
+                    keep = False  # keep the permit for the next claim (see below)
                     try:
+                        size = permit.state
+                        if size is None:  # the claim size travels with the permit, not the slot
+                            size = permit.state = self._claim_size()
+                        if lease is None:
+                            lease = backend.connect_lease(f"skiplock-worker {slot_name}")
+                            self._leases[index] = lease
                         began = time.perf_counter()
                         wakes = self._wakes
                         claimed, turn = self.claimer.claim(lease, size, executor, index)
@@ -308,7 +321,8 @@ class Worker:
                                     size.after(len(claimed), run)
                                     if run.outcomes:
                                         self.governor.observe(
-                                            (time.perf_counter() - began - run.handler_seconds) / len(run.outcomes))
+                                            (time.perf_counter() - began - run.handler_seconds) / len(run.outcomes),
+                                            batched=not executor.alone(claimed[0].task))
                                 finally:
                                     self._busy.discard(index)
                                 if claimed[0].slots and not self._stopping.is_set():
@@ -316,8 +330,15 @@ class Worker:
                         finally:
                             if turn:
                                 self.batching.give_turn(index)
+                        keep = bool(claimed)
                     finally:
-                        self.governor.release()
+                        # A slot that keeps finding work keeps its permit from one lease to the next, so
+                        # the same few slots (and sessions) stay busy while the rest sleep, instead of the
+                        # permit passing round every slot; it gives it back when it goes idle, on an
+                        # error, or when the limit has fallen below the permits held.
+                        if not keep or self._stopping.is_set() or self.governor.over():
+                            self.governor.release(permit)
+                            permit = None
                     backoff.reset()
                     if not claimed:
                         flow = self.flow
@@ -349,6 +370,8 @@ class Worker:
                         log.exception("slot %s: unexpected error; reconnecting in %.2fs", slot_name, delay)
                     self._stopping.wait(delay)
         finally:
+            if permit is not None:
+                self.governor.release(permit)
             if lease is not None:
                 lease.close()
             self._leases.pop(index, None)
