@@ -168,3 +168,13 @@ def test_the_share_stays_at_least_one_permit():
     g, _ = governor(slots=4, start=16)
     g.share(1000)
     assert g.cap == 1
+
+
+def test_before_any_lease_ends_a_worker_stays_within_its_share_then_long_jobs_grow_it():
+    g, clock = governor(slots=64, start=16)
+    for _ in range(3):  # slots wait, no lease has ended yet: no evidence either way
+        g._waited = True
+        clock.now += 1.0
+        g._tick()
+    assert g.limit == 16
+    assert [window(g, clock, 0.0, samples=1, batched=False) for _ in range(3)] == [32, 64, 64]  # long jobs

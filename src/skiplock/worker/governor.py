@@ -67,6 +67,7 @@ class Governor:
         self._ticker = False  # a waiter wakes every window (see acquire)
         self._samples: list[float] = []
         self._batched = 0  # leases of this window that ran jobs of batched (fast) tasks
+        self._fast = True  # the last window with samples: most leases ran fast tasks' jobs
         self._window_start = clock()
         self._medians: deque[float] = deque(maxlen=history)
         self.changes = 0  # how often the limit moved (for logs and tests)
@@ -112,7 +113,7 @@ class Governor:
             return
         with self._cond:
             self.cap = max(1, min(self.slots, -(-self.start // max(1, processes))))
-            if self.limit > self.cap and 2 * self._batched >= len(self._samples) > 0:
+            if self.limit > self.cap and self._fast:
                 self.limit = self.cap
                 self.changes += 1
 
@@ -154,8 +155,11 @@ class Governor:
         before = self.limit
         # The share (see share()) binds while most leases run fast (batched) tasks' jobs: many rows held
         # per lease is what every other claim steps over. Leases of slower jobs, claimed one at a time,
-        # adapt up to every slot.
-        cap = self.cap if 2 * batched >= len(samples) > 0 else self.slots
+        # adapt up to every slot. A window without samples keeps the last window's view (at start: fast),
+        # so a worker does not grow past its share before its first leases have shown what they run.
+        if samples:
+            self._fast = 2 * batched >= len(samples)
+        cap = self.cap if self._fast else self.slots
         if len(samples) >= self.min_samples:
             m = median(samples)
             self._medians.append(m)
