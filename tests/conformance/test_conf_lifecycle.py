@@ -130,6 +130,27 @@ def test_prune_deletes_only_finished_jobs_older_than_the_retention(subject, enqu
     assert subject.state(queued) == "queued" and subject.state(running) == "running"
 
 
+def test_prune_never_waits_on_a_job_whose_transaction_lease_is_held(subject, enqueue, backend):
+    """Guarantee (App.prune, the pruner): pruning deletes only finished rows and never waits on the
+    row lock of a job a worker is running under the transaction lease -- it returns while that lease
+    is still held (a pruner that scanned and waited would hold the worker's row hostage, or fail on
+    the server's lock wait timeout)."""
+    held = enqueue(queue="held")  # the lowest id: a scan from the start meets it first
+    old = [enqueue() for _ in range(3)]
+    for job_id in old:
+        _finish(subject, job_id)
+        subject.age_finished(job_id, 7200)
+    lease = subject.lease()
+    try:
+        assert subject.claim_one(lease, ["held"]).id == held  # locked until this lease ends
+        pruned = in_thread(lambda: backend.prune("done", 3600, 100))(60.0)
+        assert pruned == 3
+        assert [backend.get_job(j) for j in old] == [None, None, None]
+    finally:
+        subject.rollback(lease)
+    assert subject.state(held) == "queued"
+
+
 def test_a_cron_tick_is_enqueued_exactly_once(backend):
     """Guarantee (App.periodic): "Each tick is enqueued exactly once however many workers run
     schedulers"."""
