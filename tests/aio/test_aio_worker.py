@@ -354,3 +354,37 @@ def test_a_sync_handler_s_job_conn_writes_in_the_job_s_transaction_and_ends_with
     assert len(late) == 1 and "run is over" in late[0], late
     assert [r[0] for r in db.execute("SELECT tag FROM effects")] == ["kept"]
     app.close()
+
+
+def test_a_task_given_a_runtime_limit_is_left_queued_for_a_threaded_worker_until_the_limit_goes(dsn, caplog):
+    """A limit set at runtime (`skiplock limit --task`, App.set_task_limits) on a task the asyncio worker
+    runs: that worker has no flow claim, so it leaves the task's jobs queued (never runs them past the
+    limit) and says so once; once the limit is cleared it runs them again."""
+    aapp = skiplock.AsyncApp(dsn)
+    ran: list[str] = []
+
+    @aapp.task(name="metered")
+    async def metered(job):
+        ran.append("metered")
+
+    @aapp.task(name="free")
+    async def free(job):
+        ran.append("free")
+
+    async def main():
+        await aapp.migrate()
+        aapp.app.set_task_limits("metered", concurrency=1)
+        metered_ids = [await aapp.enqueue("metered", {}) for _ in range(3)]
+        free_id = await aapp.enqueue("free", {})
+        await aapp.run_async_worker(concurrency=4, max_connections=4, stop_when_empty=True)
+        states = [aapp.app.get_job(i).state for i in metered_ids], aapp.app.get_job(free_id).state
+        aapp.app.set_task_limits("metered", clear=True)
+        await aapp.run_async_worker(concurrency=4, max_connections=4, stop_when_empty=True)
+        return states, [aapp.app.get_job(i).state for i in metered_ids]
+
+    with caplog.at_level("WARNING", logger="skiplock.worker"):
+        (held, free_state), after = _run(main())
+    assert held == ["queued"] * 3 and free_state == "done"
+    assert after == ["done"] * 3 and ran == ["free"] + ["metered"] * 3
+    assert sum("metered has a limit set at runtime" in r.getMessage() for r in caplog.records) == 1
+    aapp.app.close()

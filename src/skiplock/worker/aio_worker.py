@@ -48,9 +48,10 @@ import socket
 import uuid
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..errors import ConfigurationError, ConnectionLost, DatabaseError
+from ..errors import ConfigurationError, ConnectionLost, DatabaseError, DatabaseUnavailable
 from .aio_claimed import ClaimedLeaseRuns
 from .aio_txn import TransactionLeaseRuns
+from .flow import REFRESH_SECONDS
 from .gate import AsyncRunGate
 from .presence import SEEN_INTERVAL
 from .stats import WorkerStats
@@ -117,8 +118,14 @@ class AsyncWorker:
         presence = uuid.uuid4()
         try:
             await self._seen(presence)  # before anything is claimed (worker/presence.py)
-            if claimed_tasks:
-                beat = min(tasks[n].lease_seconds for n in claimed_tasks) / 3
+            # Runtime task limits (`skiplock limit --task`): this worker has no flow claim, so it
+            # leaves a task that has one to a threaded worker -- read before the first claim, then
+            # every REFRESH_SECONDS, as the threaded worker re-reads them.
+            has_claimed, has_txn = bool(claimed_tasks), bool(txn_tasks)
+            claimable = _Claimable(app, claimed_tasks, txn_tasks)
+            await claimable.refresh()
+            if has_claimed:
+                beat = min(tasks[n].lease_seconds for n in claimable.every_claimed) / 3
                 loops.append(asyncio.ensure_future(self.claimed.claim_loop(claimed_tasks, stop_when_empty)))
                 services = [asyncio.ensure_future(self.claimed.heartbeat_loop(beat)),
                             asyncio.ensure_future(self.claimed.rescue_loop())]
@@ -127,8 +134,9 @@ class AsyncWorker:
             else:
                 services = []
             services.append(asyncio.ensure_future(self._presence_loop(presence)))
+            services.append(asyncio.ensure_future(claimable.loop()))
             runners = max(1, min(self.concurrency, self.max_connections - RESERVED))
-            if txn_tasks:
+            if has_txn:
                 services.append(asyncio.ensure_future(self.transaction.watch_loop()))
                 loops += [asyncio.ensure_future(self.transaction.run_loop(txn_tasks, stop_when_empty)) for _ in range(runners)]
             try:
@@ -182,3 +190,41 @@ class AsyncWorker:
         self._running.add(run)
         run.add_done_callback(self._running.discard)
 
+
+
+class _Claimable:
+    """The task names the asyncio worker's claims pass (the lists its claim loops hold, changed in
+    place): every task of its kind except those with limits set at runtime (``task_limits``,
+    migration 16), which this worker cannot enforce -- their jobs stay queued for a threaded worker
+    (``App.worker()``), never run past their limit. Each change is logged once, at WARNING."""
+
+    def __init__(self, app: Any, claimed: list[str], txn: list[str]):
+        self.app = app
+        self.every_claimed = list(claimed)
+        self.lists = [(claimed, list(claimed)), (txn, list(txn))]  # (the loop's list, every name)
+        self.limited: set[str] = set()
+
+    async def refresh(self) -> None:
+        backend = self.app._ready()
+        if not backend.capabilities.flow_control:
+            return
+        rows = await asyncio.to_thread(backend.task_limits)
+        limited = {r[0] for r in rows if r[0] in self.app.tasks and (r[1] is not None or r[2] is not None)}
+        if limited == self.limited:
+            return
+        for name in sorted(limited - self.limited):
+            log.warning("task %s has a limit set at runtime; the asyncio worker has no flow claim and leaves "
+                        "its jobs queued for a threaded worker (App.worker())", name)
+        for name in sorted(self.limited - limited):
+            log.warning("task %s has no runtime limit any more; the asyncio worker runs its jobs again", name)
+        self.limited = limited
+        for current, every in self.lists:
+            current[:] = [n for n in every if n not in limited]
+
+    async def loop(self) -> None:
+        while True:
+            await asyncio.sleep(REFRESH_SECONDS)
+            try:
+                await self.refresh()
+            except (ConnectionLost, DatabaseError, DatabaseUnavailable) as exc:
+                log.debug("asyncio worker: reading runtime task limits failed (%s); the last ones stand", exc)
