@@ -178,3 +178,18 @@ def test_before_any_lease_ends_a_worker_stays_within_its_share_then_long_jobs_gr
         g._tick()
     assert g.limit == 16
     assert [window(g, clock, 0.0, samples=1, batched=False) for _ in range(3)] == [32, 64, 64]  # long jobs
+
+
+def test_more_processes_cut_slower_jobs_back_to_the_share_and_they_grow_again_from_there():
+    g, clock = governor(slots=64, start=16)
+    g.share(1)
+    for _ in range(30):
+        window(g, clock, 0.0001, batched=False)
+    assert g.limit == 64  # slower jobs, cheap leases: every slot
+    g.share(8)  # 7 more processes came
+    assert g.limit == 2
+    g.share(8)  # the same count again: no new cut
+    grown = [window(g, clock, 0.0001, batched=False) for _ in range(3)]
+    assert grown == sorted(grown) and grown[-1] > 2
+    g.share(8)
+    assert g.limit == grown[-1]

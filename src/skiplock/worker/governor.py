@@ -112,8 +112,10 @@ class Governor:
         if not self.adaptive:
             return
         with self._cond:
-            self.cap = max(1, min(self.slots, -(-self.start // max(1, processes))))
-            if self.limit > self.cap and self._fast:
+            before, self.cap = self.cap, max(1, min(self.slots, -(-self.start // max(1, processes))))
+            # More processes than before: every job length starts again from the share (slower jobs
+            # then grow past it while their leases stay cheap, against a baseline measured there).
+            if self.limit > self.cap and (self._fast or self.cap < before):
                 self.limit = self.cap
                 self.changes += 1
 
