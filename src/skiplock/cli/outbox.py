@@ -65,9 +65,10 @@ def _headers(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--lease-seconds", type=Duration(0.05, 86400), default=30.0, show_default=True,
               help="Claimed lease: how long a crashed relay's messages wait before redelivery.")
 @click.option("--poll-interval", type=Duration(0.01, 60), default=0.5, show_default=True,
-              help="Time between claims when nothing is available (a put's NOTIFY wakes the relay sooner).")
+              help="Time between claims when nothing is available (a put's wake-up reaches the relay sooner).")
 @click.option("--listen/--no-listen", default=True, show_default=True,
-              help="Wake on the NOTIFY every put sends (one more connection); polling goes on either way.")
+              help="Wake on the signal every put sends (PostgreSQL: NOTIFY; MySQL/MariaDB: a notices row the "
+                   "listener polls), on one more connection; polling goes on either way.")
 @click.option("--stop-when-empty", is_flag=True, help="Exit once no message is available.")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), default="INFO", show_default=True)
 @click.pass_obj
