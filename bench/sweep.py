@@ -11,7 +11,10 @@ last completion, on the server's clock), what the issue asks to watch:
   hits and reads, every statement of the cell, not the claim alone).
 
 Each cell's throughput is compared with the previous cell of its series (the goal: non-decreasing
-within noise, >= 0.9). Opt-in (``--only sweep``): it is not part of a plain ``python -m bench``.
+within noise, >= 0.9). Then the batching defaults (``batch_size`` 32, ``batch_slots`` 1,
+``batch_budget`` 0.05 s) against their neighbours, one setting at a time, at 1 × 16 slots for 0 and
+1 ms jobs, each as a ratio to the defaults' cell (issue 16, goal 5: the defaults are those the sweep
+shows best). Opt-in (``--only sweep``): it is not part of a plain ``python -m bench``.
 256 slots need ~520 connections: a server this run starts gets ``max_connections = 1200`` (one
 restart before anything is measured: ``start_embedded``); on another server the cells that do not fit
 are skipped, saying so.
@@ -33,6 +36,10 @@ TOTAL_SLOTS = 64
 KINDS = {0: 20_000, 1: 10_000, 10: 2_000}  # job length (ms) -> jobs per cell
 QUICK_KINDS = {0: 4_000, 1: 2_000, 10: 400}
 MAX_CONNECTIONS = 1200
+DEFAULTS_SLOTS = 16
+# Each batching setting beside its default (worker/batching.py), the others at their defaults.
+DEFAULT_NEIGHBOURS = (("batch_size", 8), ("batch_size", 16), ("batch_size", 64), ("batch_slots", 2),
+                      ("batch_slots", 4), ("batch_budget", 0.02), ("batch_budget", 0.1))
 
 
 def _max_connections(ctx: Context) -> int:
@@ -110,4 +117,39 @@ def run(ctx: Context) -> list[Figure]:
                                       r["jobs_buffers_per_job"], "buffers/job"))
                 previous = key
     ctx.raw["sweep"] = results
+    figures += _defaults(ctx, kinds, available)
+    return figures
+
+
+def _defaults(ctx: Context, kinds: dict[int, int], available: int) -> list[Figure]:
+    """Issue 16, goal 5: the batching defaults against their neighbours, at DEFAULTS_SLOTS slots for 0
+    and 1 ms jobs (each setting alone, the others at their defaults), through ``bench.worker``
+    (``app.worker(**options)``). Each figure is a ratio to the defaults' cell measured just before."""
+    figures: list[Figure] = []
+    rows: list[dict[str, Any]] = []
+    slots = DEFAULTS_SLOTS
+    if 2 * slots + 13 > available:
+        ctx.log(f"sweep defaults: skipped, needs more than max_connections = {available}")
+        return figures
+    saved = ctx.worker_options
+    try:
+        for ms in (0, 1):
+            n = kinds[ms]
+            ctx.worker_options = {**saved, "listen": True}  # bench.worker with the defaults
+            base = cell(ctx, ms, n, 1, slots)
+            key = f"sweep.defaults.{ms}ms"
+            ctx.refs[key] = base["throughput"]
+            rows.append({**base, "options": "defaults"})
+            ctx.log(f"sweep defaults: {ms} ms, defaults {base['throughput']:,.0f} jobs/s")
+            figures.append(Figure(f"sweep defaults {ms} ms", f"throughput, the defaults, 1 × {slots}", base["throughput"], "jobs/s"))
+            for option, value in DEFAULT_NEIGHBOURS:
+                ctx.worker_options = {**saved, "listen": True, option: value}
+                r = cell(ctx, ms, n, 1, slots)
+                rows.append({**r, "options": f"{option}={value}"})
+                ctx.log(f"sweep defaults: {ms} ms, {option}={value} {r['throughput']:,.0f} jobs/s")
+                figures.append(Figure(f"sweep defaults {ms} ms", f"throughput, {option} = {value}, 1 × {slots}",
+                                      r["throughput"], "jobs/s", reference="the defaults' cell", baseline_key=key))
+    finally:
+        ctx.worker_options = saved
+    ctx.raw["sweep_defaults"] = rows
     return figures
