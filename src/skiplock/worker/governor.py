@@ -9,20 +9,24 @@ worker as a whole slower: measured on 2 cores with 1 ms jobs, the median claim t
 slots, 6 ms with 16, 19 ms with 64 and 143 ms with 256, and throughput fell from 4,300 to 370 jobs/s
 (docs/benchmarks.md, "Slot and process sweep").
 
-What it does. A slot takes a *permit* before it claims and gives it back when its lease ends (the
-claim found nothing, or the transaction committed). The number of permits adapts, in the manner of
-TCP Vegas, to the claim's latency: it starts at ``start`` and, while slots are waiting for a permit,
-doubles each window in which claims are about as fast as the fastest recent windows (the *baseline*:
-the lowest window median of the last ``history`` windows); when a window's median claim takes more
-than ``tolerance`` times the baseline (and at least ``slack`` seconds more), the limit shrinks in
-proportion, never below ``floor``. Claims that find nothing are not samples (they do not skip the
-same rows), and a window with fewer than ``min_samples`` claims gives no evidence of contention: the
-limit then grows if slots are waiting -- so long-running jobs, whose claims are rare and cheap, get
-every slot. Each worker process adapts on its own claims; processes sharing a database all back off
-when its claims slow down, so together they settle where claims are fast again.
+What it does. A slot takes a *permit* before it claims. It keeps it from one lease to the next while
+its claims find work, and gives it back when a claim finds nothing, on an error, or when ``over()``
+(the limit fell below the permits held); so the same few slots stay busy and the rest sleep (the
+worker opens a slot's session only once it holds a permit). A permit carries ``state`` (the worker's
+claim size) to whichever slot takes it next. The number of permits adapts, in the manner of TCP Vegas,
+to the lease overhead per job: it starts at ``start`` and, while slots are waiting for a permit, grows
+each window in which leases are about as cheap as in the cheapest recent windows (the *baseline*: the
+lowest window median of the last ``history`` windows); when a window's median takes more than
+``tolerance`` times the baseline (and at least ``slack`` seconds more), the limit shrinks in
+proportion, never below ``floor``. A window with fewer than ``min_samples`` leases gives no evidence
+of contention: the limit then doubles if slots are waiting -- so long-running jobs, whose claims are
+rare and cheap, get every slot. Processes sharing a database also split ``start`` between them while
+their leases run batches (``share()``, fed by the presence loop's count of live workers): one more
+lease in one process barely moves its own overhead, so each adapting alone let them all collapse.
 
 Guarantees: it never changes what runs or in which lease, only when a slot may claim; a slot
-waiting for a permit holds no transaction and no row lock; ``stop`` releases every waiter.
+waiting for a permit holds no transaction and no row lock; ``stop`` releases every waiter; at most
+``limit`` permits are held once their holders have seen ``over()`` after their current lease.
 """
 
 from __future__ import annotations
@@ -102,8 +106,8 @@ class Governor:
 
     def share(self, processes: int) -> None:
         """``processes`` live worker processes (this one included) claim from the same database: while
-        its leases run batches, this process keeps at most its share of ``start`` permits, at least one -- so 8 processes of 8 slots hold about as
-        many leases as one process of 16, instead of 64. Each process's own adaptation cannot see
+        its leases run batches, this process keeps at most its share of ``start`` permits, at least
+        one -- so 8 processes of 8 slots hold about as many leases as one process of 16, not 64. Each process's own adaptation cannot see
         that: a lease more in one process barely moves its claims' latency, while every process doing
         the same collapses them all (measured on 2 cores, 1 ms jobs, 8 x 8 slots: 540-590 jobs/s
         against 5,000+ with two permits each; docs/benchmarks.md). It binds while most leases run
