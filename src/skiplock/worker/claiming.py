@@ -85,8 +85,10 @@ class Claimer:
         if limit == 0:
             return [], False
         try:
-            claimed = flow.claim(lease, executor.bookkeeping, index, limit)
-            if len(claimed) > 1 and executor.alone(claimed[0].task):
+            claimed = flow.claim(lease, executor.bookkeeping, index, limit, executor.alone)
+            if limit > 1 and len(claimed) == 1 and executor.alone(claimed[0].task):
+                size.alone()  # a fair batch let go in the flow claim (it keeps the round's place)
+            elif len(claimed) > 1 and executor.alone(claimed[0].task):
                 # A job that runs alone came first: let the others (and their slots) go at once, take one.
                 size.alone()
                 lease.rollback()

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..backend.base import ClaimedJob, FlowKey, TaskLimits
 from ..errors import ConfigurationError
@@ -155,17 +155,20 @@ class FlowControl:
     # ---- claiming --------------------------------------------------------------------------------
 
     def claim(self, lease: "Lease", bookkeeping: "Bookkeeping", slot: int | None = None,
-              limit: int = 1) -> list[ClaimedJob]:
+              limit: int = 1, alone: Callable[[str], bool] | None = None) -> list[ClaimedJob]:
         """Flow-controlled jobs locked in a new transaction of ``lease`` with their slots -- up to
-        ``limit`` (a batch) from the ordinary flow claim, one from a fair queue's, one with a rate
-        (its starts taken) -- or [] with no transaction open (nothing available, or all held back)."""
+        ``limit`` (a batch) from the ordinary flow claim or a fair queue without weights, one from a
+        weighted fair queue's, one with a rate (its starts taken) -- or [] with no transaction open
+        (nothing available, or all held back). ``alone(task)``: a fair batch whose first job must run
+        alone is let go here and one job claimed instead, from the same place in the round (the
+        caller lets go the ordinary claim's batches: they move no cursor)."""
         plans: list[tuple[list[str] | None, list[str]]] = []
         if self.limits:
             plans.append((self.queues, self.limited_tasks))
         limited_queues = self.limited_queues()
         for queue in self._fair_queues:
             if limit > 1 and not self._weights.get(queue):
-                jobs = self._fair_batch(lease, bookkeeping, queue, slot, limit)
+                jobs = self._fair_batch(lease, bookkeeping, queue, slot, limit, alone)
                 if jobs:
                     return jobs
                 continue
@@ -287,10 +290,12 @@ class FlowControl:
         return None
 
     def _fair_batch(self, lease: "Lease", bookkeeping: "Bookkeeping", queue: str, slot: int | None,
-                    limit: int) -> list[ClaimedJob]:
+                    limit: int, alone: Callable[[str], bool] | None = None) -> list[ClaimedJob]:
         """A batch from a fair queue without weights: the first available job of each of the next
         ``limit`` partitions after this process's cursor (one round of single fair claims in one
-        transaction), wrapping round once; the cursor moves past the last partition returned."""
+        transaction), wrapping round once; the cursor moves past the last partition returned. A batch
+        whose first job must run alone (``alone``) is let go before the cursor moves, and one fair
+        claim made instead: the partitions it walked keep their turn."""
         backend = self.backend
         tasks = sorted(self.app.tasks)
         held_queues: list[str] = []
@@ -341,6 +346,10 @@ class FlowControl:
                 if not missing:
                     after = last  # step over these partitions
                 continue
+            if len(taken) > 1 and alone is not None and alone(taken[0].task):
+                lease.rollback()  # its slots and starts too (a rate's job is taken alone: never here)
+                job = self._fair_round(lease, bookkeeping, queue, slot)
+                return [] if job is None else [job]
             self._cursor[queue] = last
             return taken
         return []
