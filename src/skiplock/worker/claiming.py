@@ -9,10 +9,10 @@ Guarantees:
   to run. A job that must run alone (``executor.alone``) coming first makes it let the others go at
   once and take that one.
 - Flow-controlled jobs (worker/flow.py) are claimed only by the flow claim, in batches as above (one
-  at a time from a fair queue or with a rate). When they
-  may be waiting, each slot alternates which claim it tries first and tries the other if it finds
-  none; a flow claim that found nothing is not tried first again
-  for ``FLOW_REST_SECONDS`` while plain claims find work.
+  at a time with a rate or from a weighted fair queue). When they may be waiting, each slot
+  alternates which claim it tries first and tries the other if it finds none; a flow claim that
+  found nothing is not tried first again for ``FLOW_REST_SECONDS`` while plain claims find work, and
+  a plain claim that found nothing not for ``PLAIN_REST_SECONDS`` while flow claims find work.
 - A full claim wakes two idle slots to look too (a burst reaches n slots in about log2(n) round trips).
 """
 
@@ -35,6 +35,12 @@ log = logging.getLogger("skiplock.worker")
 # After a flow claim found nothing, a slot whose plain claims find work tries it first again only
 # after this long (an empty plain claim tries it at once).
 FLOW_REST_SECONDS = 0.05
+# After a plain claim found nothing, a slot whose flow claims find work tries it first again only after
+# this long (an empty flow claim tries it at once). Longer than FLOW_REST_SECONDS: a slot draining a
+# flow backlog in batches claims every few hundred ms, and a plain claim first every other time cost
+# the flow drain half its throughput (measured, docs/flow-control.md); a plain job enqueued while every
+# slot is busy with flow jobs therefore waits up to about this long for its first claim.
+PLAIN_REST_SECONDS = 1.0
 
 
 class Claimer:
@@ -45,6 +51,7 @@ class Claimer:
         self.w = worker
         self._flow_first: dict[int, bool] = {}  # per slot: which claim goes first next (they alternate)
         self._flow_rest: dict[int, float] = {}  # per slot: no flow claim first before this (it found none)
+        self._plain_rest: dict[int, float] = {}  # per slot: no plain claim first before this (it found none)
 
     def claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
               index: int) -> tuple[list[Any], bool]:
@@ -59,7 +66,7 @@ class Claimer:
         plain = self.w._claim_tasks is None or bool(self.w._claim_tasks)
         first = self._flow_first[index] = not self._flow_first.get(index, False)
         now = time.monotonic()
-        if not plain or (first and now >= self._flow_rest.get(index, 0.0)):
+        if not plain or now < self._plain_rest.get(index, 0.0) or (first and now >= self._flow_rest.get(index, 0.0)):
             claimed, turn = self._flow_claim(flow, lease, size, executor, index)
             if claimed or not plain:
                 return claimed, turn
@@ -72,6 +79,9 @@ class Claimer:
         if claimed:
             return claimed, turn
         lease.rollback()
+        # none: likewise, this slot's next claims are flow claims for a moment (while they find work,
+        # a plain claim that finds nothing first would double their round trips and batch turns)
+        self._plain_rest[index] = now + PLAIN_REST_SECONDS
         return self._flow_claim(flow, lease, size, executor, index)
 
     def _flow_claim(self, flow: FlowControl, lease: "Lease", size: ClaimSize, executor: Executor,
