@@ -888,6 +888,13 @@ SELECT id, (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_wa
 --   job, alone, after `take_starts`); the others -- and the slots assigned to them -- stay locked,
 --   untouched, until the batch's transaction ends (COMMIT releases them, as it does a batch's jobs
 --   not started), which can only hold jobs back, never let one run over a limit.
+-- * so a batch DOES hold limited slots for jobs it has not started: a job waiting its turn in the
+--   batch (they run one after another), one the batch will not start (its time budget ran out, the
+--   worker is stopping), and the slots one job got of its keys when another key had none. The
+--   invariant is on slots, not on running jobs: per key, jobs running <= slots held by lease
+--   transactions (or owned) <= N; a slot held for a job not (yet) started only lowers that key's
+--   concurrency while the batch lasts -- fast jobs only (batch_budget; a job not measured fast, a
+--   timed or claimed-lease one is claimed alone), and never past the batch's COMMIT or rollback.
 WITH lt AS MATERIALIZED (
 SELECT * FROM unnest(%(lt_tasks)s::text[], %(lt_concurrency)s::int[], %(lt_partition_by)s::text[],
                      %(lt_every)s::float8[]) AS lt(task, concurrency, partition_by, every)),
