@@ -139,3 +139,38 @@ def test_a_fair_batch_let_go_for_a_job_that_runs_alone_keeps_the_partitions_turn
     assert order[0] == (timed, parts[0]), order[:10]
     assert sorted(part for _, part in order[1:16]) == parts[1:], order[:17]
     app.close()
+
+
+def test_a_fair_batch_meeting_new_partitions_keeps_their_turn(dsn: str, runs: psycopg.Connection[Any]):
+    """Partitions whose slot rows do not exist yet (a per-partition limit, their first jobs) met by a
+    fair batch: their slots are created and the batch tried again from the same place, as the single
+    fair claim does -- they are not stepped over for a round (so every partition starts a job before
+    any starts its second)."""
+    from skiplock.worker.batching import WholeBatches
+
+    app = skiplock.App(dsn)
+
+    @app.task("limited_fair_job", queue="fair", concurrency=1)
+    def limited_fair_job(job, part):
+        job.conn.execute("INSERT INTO flow_runs (job_id, part, started, ended, pid) "
+                         "VALUES (%s, %s, clock_timestamp(), clock_timestamp(), pg_backend_pid())", (job.id, part))
+
+    app.set_queue_limits("fair", fair=True)
+    parts = [f"p{p:02}" for p in range(16)]
+    # half the partitions (every other one) have their slot rows already, as after earlier jobs
+    app.backend.ensure_slots(runs, [(f'["task", "limited_fair_job", "{part}"]', 1) for part in parts[::2]])
+    runs.commit()
+    app.enqueue_many([("limited_fair_job", {"part": part}, {"partition": part}) for _ in range(2) for part in parts])
+    worker = app.worker(concurrency=1, poll_interval=0.05, handle_signals=False, adaptive_limit=False,
+                        batch_policy=WholeBatches(batch_size=8))
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: runs.execute("SELECT count(*) FROM flow_runs").fetchone()[0] == 32, timeout=60,
+                 what="the runs")
+    finally:
+        worker.stop()
+        thread.join(30)
+    order = [part for (part,) in runs.execute("SELECT part FROM flow_runs ORDER BY started, job_id")]
+    assert sorted(order[:16]) == parts, order
+    app.close()
