@@ -9,8 +9,9 @@ all are done -- the same measurement as bench/drain.py (first claim to last comp
 - ``sequences``: jobs over 1,000 sequences (``sequence_by``): what the blocked state and the
   promotion of each sequence's next job cost (these jobs are claimed by the plain claim, in batches).
 
-Flow-controlled jobs are claimed one per claim (no batches), so the ratio also shows what batching
-gives the unlimited drain. The issue's goal: >= 0.8 x unlimited for limits and fairness.
+Flow-controlled jobs of fast tasks are claimed in batches like plain ones (jobs with a rate one at a
+time). Each case also logs its commits and rollbacks per job (every session of the database). The
+issue's goal: >= 0.8 x unlimited for limits and fairness.
 """
 
 from __future__ import annotations
@@ -28,6 +29,17 @@ CASES = {
     "fair": ("noop_fair", "flow_fair", {"fair": True}),
     "sequences": ("noop_sequenced", "flow_sequences", None),
 }
+
+
+def transactions(dsn: str) -> dict[str, int]:
+    """The database's commits and rollbacks so far (pg_stat_database; a worker's sessions report
+    theirs when they end), to count them per job."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("SELECT pg_stat_force_next_flush()")
+        row = c.execute("SELECT xact_commit, xact_rollback FROM pg_stat_database "
+                        "WHERE datname = current_database()").fetchone()
+    assert row is not None
+    return {"commits": int(row[0]), "rollbacks": int(row[1])}
 
 
 def run(ctx: Context) -> list[Figure]:
@@ -51,12 +63,17 @@ def run(ctx: Context) -> list[Figure]:
             with psycopg.connect(dsn, autocommit=True) as c:
                 c.execute("ANALYZE skiplock.jobs")
             checkpoint(dsn)
+            before = transactions(dsn)
             finished = ctx.worker(dsn, concurrency, env={FLOW_ENV: "1"}).wait(timeout=max(120.0, n / 20))
             if finished.returncode != 0:
                 raise RuntimeError(f"flow {case} worker: exit {finished.returncode}\n{finished.stderr[-2000:]}")
             checked = check_drained(dsn, n)
-        ctx.raw[f"flow_{case}"] = {"jobs": n, "concurrency": concurrency, "wall_s": finished.wall_s, **checked}
-        ctx.log(f"flow: {case}: {checked['throughput']:,.0f} jobs/s")
+            after = transactions(dsn)
+        per_job = {k: round((after[k] - before[k]) / n, 2) for k in before}
+        ctx.raw[f"flow_{case}"] = {"jobs": n, "concurrency": concurrency, "wall_s": finished.wall_s,
+                                   "per_job": per_job, **checked}
+        ctx.log(f"flow: {case}: {checked['throughput']:,.0f} jobs/s; per job: {per_job['commits']} commits, "
+                f"{per_job['rollbacks']} rollbacks (every session of the database, the worker's bookkeeping too)")
         figures.append(Figure(f"flow ({case})", f"claim throughput, {n:,} no-op jobs, 1 process x {concurrency} slots",
                               checked["throughput"], "jobs/s", reference="unlimited drain",
                               baseline_key="drain.throughput", goal=">= 0.8" if case in ("limits", "fair") else None))

@@ -31,11 +31,11 @@ class Spawner:
         self.procs: list[Worker] = []
 
     def worker(self, dsn: str, *, concurrency: int, lease: str = "transaction", queues: tuple[str, ...] = (),
-               env: dict[str, str] | None = None) -> Worker:
+               env: dict[str, str] | None = None, options: tuple[str, ...] = ()) -> Worker:
         log = self.tmp / f"worker{len(self.procs)}.log"
         argv = cli_argv(dsn, "worker", "--app", "flow_app:app", "--concurrency", str(concurrency),
                         "--poll-interval", "0.05", "--fixed-concurrency",
-                        *(["--queues", ",".join(queues)] if queues else []))
+                        *(["--queues", ",".join(queues)] if queues else []), *options)
         with open(log, "wb") as out:
             proc = subprocess.Popen(argv, cwd=HERE, env=cli_env(HERE, FLOW_LEASE=lease, **(env or {})),
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
@@ -50,7 +50,9 @@ class Spawner:
 @pytest.fixture
 def runs(db: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
     db.execute("CREATE TABLE flow_runs (job_id bigint NOT NULL, part text NOT NULL, started timestamptz NOT NULL, "
-               "ended timestamptz NOT NULL, pid int NOT NULL)")
+               "ended timestamptz NOT NULL, pid int NOT NULL, "
+               # the recording transaction: the job's lease transaction (a batch's jobs share one)
+               "xact bigint NOT NULL DEFAULT txid_current())")
     return db
 
 

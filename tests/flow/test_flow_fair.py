@@ -104,3 +104,77 @@ def test_bad_weights_are_refused(app: skiplock.App) -> None:
     with pytest.raises(ConfigurationError, match="a weight's partition must be a non-empty string"):
         app.set_queue_limits("fair", fair=True, weights={"": 2})
     assert app.queue_limits() == []
+
+
+def test_a_fair_batch_let_go_for_a_job_that_runs_alone_keeps_the_partitions_turn(dsn: str,
+                                                                                 runs: psycopg.Connection[Any]):
+    """A fair batch whose first job must run alone (worker/batching.py: here a task with a timeout) is
+    let go and that job claimed alone: the partitions the let-go batch walked keep their turn (the
+    process's cursor stays where it was), so the alone job -- the first job of the first partition --
+    starts first and every partition gets a job within the first round."""
+    from skiplock.worker.batching import WholeBatches
+
+    app = make_app(dsn)
+
+    @app.task("timed_job", queue="fair", timeout=30)
+    def timed_job(job, part):
+        job.conn.execute("INSERT INTO flow_runs (job_id, part, started, ended, pid) "
+                         "VALUES (%s, %s, clock_timestamp(), clock_timestamp(), pg_backend_pid())", (job.id, part))
+
+    app.set_queue_limits("fair", fair=True)
+    parts = [f"p{p:02}" for p in range(16)]
+    timed = app.enqueue("timed_job", {"part": parts[0]}, partition=parts[0])
+    app.enqueue_many([("fair_job", {"part": part}, {"partition": part}) for _ in range(2) for part in parts])
+    # a batch budget the no-op jobs never run out of: a batch that does releases its jobs not started
+    # after the cursor has passed their partitions (docs/flow-control.md, "Not done yet")
+    worker = app.worker(concurrency=1, poll_interval=0.05, handle_signals=False, adaptive_limit=False,
+                        batch_policy=WholeBatches(batch_size=8, batch_budget=10))
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: runs.execute("SELECT count(*) FROM flow_runs").fetchone()[0] == 33, timeout=60,
+                 what="the runs")
+    finally:
+        worker.stop()
+        thread.join(30)
+    order = [r for r in runs.execute("SELECT job_id, part FROM flow_runs ORDER BY started, job_id")]
+    assert order[0] == (timed, parts[0]), order[:10]
+    assert sorted(part for _, part in order[1:16]) == parts[1:], order[:17]
+    app.close()
+
+
+def test_a_fair_batch_meeting_new_partitions_keeps_their_turn(dsn: str, runs: psycopg.Connection[Any]):
+    """Partitions whose slot rows do not exist yet (a per-partition limit, their first jobs) met by a
+    fair batch: their slots are created and the batch tried again from the same place, as the single
+    fair claim does -- they are not stepped over for a round (so every partition starts a job before
+    any starts its second)."""
+    from skiplock.worker.batching import WholeBatches
+
+    app = skiplock.App(dsn)
+
+    @app.task("limited_fair_job", queue="fair", concurrency=1)
+    def limited_fair_job(job, part):
+        job.conn.execute("INSERT INTO flow_runs (job_id, part, started, ended, pid) "
+                         "VALUES (%s, %s, clock_timestamp(), clock_timestamp(), pg_backend_pid())", (job.id, part))
+
+    app.set_queue_limits("fair", fair=True)
+    parts = [f"p{p:02}" for p in range(16)]
+    # half the partitions (every other one) have their slot rows already, as after earlier jobs
+    app.backend.ensure_slots(runs, [(f'["task", "limited_fair_job", "{part}"]', 1) for part in parts[::2]])
+    runs.commit()
+    app.enqueue_many([("limited_fair_job", {"part": part}, {"partition": part}) for _ in range(2) for part in parts])
+    # a batch budget the no-op jobs never run out of: a batch that does releases its jobs not started
+    # after the cursor has passed their partitions (docs/flow-control.md, "Not done yet")
+    worker = app.worker(concurrency=1, poll_interval=0.05, handle_signals=False, adaptive_limit=False,
+                        batch_policy=WholeBatches(batch_size=8, batch_budget=10))
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: runs.execute("SELECT count(*) FROM flow_runs").fetchone()[0] == 32, timeout=60,
+                 what="the runs")
+    finally:
+        worker.stop()
+        thread.join(30)
+    order = [part for (part,) in runs.execute("SELECT part FROM flow_runs ORDER BY started, job_id")]
+    assert sorted(order[:16]) == parts, order
+    app.close()

@@ -16,6 +16,7 @@ from support import wait_for
 import skiplock
 
 JOBS, PARTITIONS, PER_PARTITION, GLOBAL = 120, 12, 2, 5
+BATCHED_JOBS = 600
 
 # The most runs in progress at one instant: at some run's start, the runs started by then and not ended.
 MAX_OVERLAP = """
@@ -74,3 +75,31 @@ def test_limits_hold_when_a_worker_is_killed(dsn: str, runs: psycopg.Connection[
     check(runs)
     # no slot is left owned by a lease that ended (the rescuer's returned the killed worker's)
     assert runs.execute("SELECT count(*) FROM skiplock.flow_slots WHERE owner IS NOT NULL").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("kill", [False, True])
+def test_limits_hold_for_batched_flow_claims(dsn: str, runs: psycopg.Connection[Any], spawn: Any, kill: bool) -> None:
+    """With a batch budget of 1 s the batching policy counts the 20 ms handlers as fast (under a
+    tenth of the budget) and claims them in batches: several flow-controlled jobs share one lease
+    transaction (`claim_flow` with a limit > 1), each with its own slots, held to the batch's COMMIT
+    -- the limits still hold, with a SIGKILL mid-drain too, and batches did run."""
+    with skiplock.App(dsn) as producer:
+        producer.backend.set_queue_limit("flow", GLOBAL, None)
+        producer.enqueue_many([("limited", {"customer": i % PARTITIONS}, {"queue": "flow"}) for i in range(BATCHED_JOBS)])
+    options = ("--batch-budget", "1")
+    workers = [spawn.worker(dsn, concurrency=4, options=options) for _ in range(3)]
+    if kill:
+        wait_for(lambda: runs.execute("SELECT count(*) FROM flow_runs").fetchone()[0] >= BATCHED_JOBS // 4,
+                 timeout=60, what="a quarter of the jobs done")
+        workers[0].signal(signal.SIGKILL)
+        workers[0].wait()
+        spawn.worker(dsn, concurrency=4, options=options)
+    wait_for(lambda: drained(runs), timeout=90, what="every job done", on_timeout=lambda: workers[1].output()[-3000:])
+    done = runs.execute("SELECT count(*) FROM skiplock.jobs WHERE state = 'done'").fetchone()[0]
+    assert done == BATCHED_JOBS
+    n, distinct, xacts = runs.execute("SELECT count(*), count(DISTINCT job_id), count(DISTINCT xact) "
+                                      "FROM flow_runs").fetchone()
+    assert (n, distinct) == (BATCHED_JOBS, BATCHED_JOBS)  # none lost, none twice
+    assert xacts < n  # some jobs shared a transaction: the batched flow claim ran
+    assert overlap(runs, per_part=True) <= PER_PARTITION
+    assert overlap(runs, per_part=False) <= GLOBAL

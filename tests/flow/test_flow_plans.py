@@ -17,7 +17,7 @@ LIMITS = {"lt_tasks": ["t"], "lt_concurrency": [2], "lt_partition_by": ["custome
 
 
 def params(**extra: Any) -> dict[str, Any]:
-    base = {"queues": None, "tasks": ["t"], "held_queues": [], "held_tasks": [], "held": [], "queue": None,
+    base = {"queues": None, "tasks": ["t"], "held_queues": [], "held_tasks": [], "held": [], "queue": None, "limit": 32,
             "after": None, **LIMITS}
     base.update(extra)
     return base
@@ -76,3 +76,29 @@ def test_the_fair_claim_steps_over_a_partitions_backlog_in_one_descent(app: skip
     # the claim reads the index's path down to partition "b" and b's row: a handful of pages, the same
     # for a backlog of 5,000 or 50,000 (a B-tree a level deeper at most)
     assert read <= 12, (backlog, read, json.dumps(root)[:3000])
+
+
+@pytest.mark.parametrize("after", ["a", None])
+@pytest.mark.parametrize("backlog", [5000, 50000])
+def test_the_fair_batch_claim_reads_per_partition_not_per_backlog(app: skiplock.App, dsn: str, backlog: int,
+                                                                  after: str | None):
+    """The fair batch (`claim_flow_fair_many`): one descent of jobs_fair_idx per partition it walks
+    (up to its limit), then one per partition to lock its first available job -- the same pages for a
+    backlog of 5,000 or 50,000 in the partition it steps over (after "a") or starts in (None: it
+    takes a's first job too), and no scan or sort of the jobs."""
+    app.set_queue_limits("fair", fair=True)
+    with psycopg.connect(dsn) as c:
+        c.execute("INSERT INTO skiplock.jobs (queue, task, partition, priority) "
+                  "SELECT 'fair', 't', 'a', g %% 10 FROM generate_series(1, %s) g", [backlog])
+        c.execute("INSERT INTO skiplock.jobs (queue, task, partition, priority) "
+                  "SELECT 'fair', 't', 'p' || (g % 4), g % 10 FROM generate_series(1, 40) g")
+        c.execute("ANALYZE skiplock.jobs")
+    root = plan(dsn, app.backend.q["claim_flow_fair_many"], params(queue="fair", after=after, limit=8), analyze=True)
+    scans = job_scans(root)
+    assert scans and all(n["Node Type"] in ("Index Scan", "Index Only Scan") for n in scans), json.dumps(root)[:3000]
+    assert {n["Index Name"] for n in scans} <= {"jobs_fair_idx", "jobs_pkey"}, [n["Index Name"] for n in scans]
+    assert not [n for n in nodes(root) if n["Node Type"] == "Sort" and job_scans(n)]
+    read = sum(n.get("Shared Hit Blocks", 0) + n.get("Shared Read Blocks", 0) for n in scans)
+    # four partitions after "a" (p0..p3; five from None): a descent each plus the end of the walk, and
+    # a descent each to lock its first job
+    assert read <= 50, (backlog, after, read, json.dumps(root)[:3000])

@@ -8,10 +8,11 @@ Guarantees:
   :class:`~skiplock.worker.batching.BatchPolicy` (``batch_slots``), given back when there is no batch
   to run. A job that must run alone (``executor.alone``) coming first makes it let the others go at
   once and take that one.
-- Flow-controlled jobs (worker/flow.py) are claimed only by the flow claim, one at a time. When they
-  may be waiting, each slot alternates which claim it tries first and tries the other if it finds
-  none; a flow claim that found nothing is not tried first again
-  for ``FLOW_REST_SECONDS`` while plain claims find work.
+- Flow-controlled jobs (worker/flow.py) are claimed only by the flow claim, in batches as above (one
+  at a time with a rate or from a weighted fair queue). When they may be waiting, each slot
+  alternates which claim it tries first and tries the other if it finds none; a flow claim that
+  found nothing is not tried first again for ``FLOW_REST_SECONDS`` while plain claims find work, and
+  a plain claim that found nothing not for ``PLAIN_REST_SECONDS`` while flow claims find work.
 - A full claim wakes two idle slots to look too (a burst reaches n slots in about log2(n) round trips).
 """
 
@@ -34,6 +35,12 @@ log = logging.getLogger("skiplock.worker")
 # After a flow claim found nothing, a slot whose plain claims find work tries it first again only
 # after this long (an empty plain claim tries it at once).
 FLOW_REST_SECONDS = 0.05
+# After a plain claim found nothing, a slot whose flow claims find work tries it first again only after
+# this long (an empty flow claim tries it at once). Longer than FLOW_REST_SECONDS: a slot draining a
+# flow backlog in batches claims every few hundred ms, and a plain claim first every other time cost
+# the flow drain half its throughput (measured, docs/flow-control.md); a plain job enqueued while every
+# slot is busy with flow jobs therefore waits up to about this long for its first claim.
+PLAIN_REST_SECONDS = 1.0
 
 
 class Claimer:
@@ -44,6 +51,7 @@ class Claimer:
         self.w = worker
         self._flow_first: dict[int, bool] = {}  # per slot: which claim goes first next (they alternate)
         self._flow_rest: dict[int, float] = {}  # per slot: no flow claim first before this (it found none)
+        self._plain_rest: dict[int, float] = {}  # per slot: no plain claim first before this (it found none)
 
     def claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
               index: int) -> tuple[list[Any], bool]:
@@ -58,10 +66,10 @@ class Claimer:
         plain = self.w._claim_tasks is None or bool(self.w._claim_tasks)
         first = self._flow_first[index] = not self._flow_first.get(index, False)
         now = time.monotonic()
-        if not plain or (first and now >= self._flow_rest.get(index, 0.0)):
-            claimed = self._flow_claim(flow, lease, executor, index)
+        if not plain or now < self._plain_rest.get(index, 0.0) or (first and now >= self._flow_rest.get(index, 0.0)):
+            claimed, turn = self._flow_claim(flow, lease, size, executor, index)
             if claimed or not plain:
-                return claimed, False
+                return claimed, turn
             # none: this slot's next claims are plain ones for a moment (while they find work, a flow
             # claim that finds nothing would double their round trips); an empty plain claim still
             # tries the flow claim at once (below)
@@ -71,19 +79,44 @@ class Claimer:
         if claimed:
             return claimed, turn
         lease.rollback()
-        return self._flow_claim(flow, lease, executor, index), False
+        # none: likewise, this slot's next claims are flow claims for a moment (while they find work,
+        # a plain claim that finds nothing first would double their round trips and batch turns)
+        self._plain_rest[index] = now + PLAIN_REST_SECONDS
+        return self._flow_claim(flow, lease, size, executor, index)
 
-    def _flow_claim(self, flow: FlowControl, lease: "Lease", executor: Executor, index: int) -> list[Any]:
-        """One flow-controlled job (worker/flow.py). A claim of one job is always "full": there may be
-        more, so two idle slots are woken to look too, as after a full plain claim."""
-        claimed = flow.claim(lease, executor.bookkeeping, index)
+    def _flow_claim(self, flow: FlowControl, lease: "Lease", size: ClaimSize, executor: Executor,
+                    index: int) -> tuple[list[Any], bool]:
+        """Flow-controlled jobs (worker/flow.py): up to ``size`` of them, as the plain claim's batches
+        (a batch turn, the same policy), each with its own slots. A claim that got any job wakes two
+        idle slots to look too (there may be more), as after a full plain claim."""
+        # a job with a rate is claimed alone (worker/flow.py): after one, this slot claims one job
+        # (no batch turn to wait for) until it takes a job without a rate
+        limit, turn = (1, False) if index in flow.rated_slots else self._take_turn(size, index)
+        if limit == 0:
+            return [], False
+        try:
+            claimed = flow.claim(lease, executor.bookkeeping, index, limit, executor.alone)
+            if limit > 1 and len(claimed) == 1 and executor.alone(claimed[0].task):
+                size.alone()  # a fair batch let go in the flow claim (it keeps the round's place)
+            elif len(claimed) > 1 and executor.alone(claimed[0].task):
+                # A job that runs alone came first: let the others (and their slots) go at once, take one.
+                size.alone()
+                lease.rollback()
+                claimed = flow.claim(lease, executor.bookkeeping, index, 1)
+        except BaseException:
+            if turn:
+                self.w.batching.give_turn(index)
+            raise
         if claimed:
             self.w.wake(every=False, slots=2)
-        return claimed
+        if turn and len(claimed) <= 1:  # no batch to run: the turn is someone else's
+            self.w.batching.give_turn(index)
+            turn = False
+        return claimed, turn
 
-    def _plain_claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
-                     index: int) -> tuple[list[Any], bool]:
-        """The plain claim (no flow control): up to ``size`` jobs of the unlimited tasks."""
+    def _take_turn(self, size: ClaimSize, index: int) -> tuple[int, bool]:
+        """How many jobs this claim may take, and whether it holds a batch turn (see ``batch_slots``);
+        (0, False): the worker is stopping."""
         limit = size.value
         turn = limit > 1 and size.instant
         if turn:
@@ -93,7 +126,15 @@ class Claimer:
             if self.w._stopping.is_set():
                 if turn:
                     self.w.batching.give_turn(index)
-                return [], False
+                return 0, False
+        return limit, turn
+
+    def _plain_claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
+                     index: int) -> tuple[list[Any], bool]:
+        """The plain claim (no flow control): up to ``size`` jobs of the unlimited tasks."""
+        limit, turn = self._take_turn(size, index)
+        if limit == 0:
+            return [], False
         try:
             lease.begin()
             tracing = self.w.app.tracing

@@ -1,18 +1,22 @@
 """The worker's flow claim (docs/flow-control.md): jobs whose task has limits in this worker's code,
-or whose queue has limits in the database, are claimed here, one at a time, never by the plain claim.
+or whose queue has limits in the database, are claimed here, never by the plain claim -- up to the
+slot's claim size at once (a batch, as the plain claim's, sharing one transaction and one COMMIT).
 
-One claim round, in a fresh lease transaction each try (``Backend.claim_flow``, ``claim_flow`` in
+One claim round, in a fresh lease transaction each try (``claim_flow_many``, ``claim_flow`` in
 backend/postgres/queries.sql):
 
-1. lock the first available flow-controlled job and one free slot of each of its concurrency keys;
-2. a key short of a slot: roll back (the job is untouched: no attempt used) and try again without
-   that key's jobs this round -- without waiting on anything (SKIP LOCKED throughout); a key whose
-   slot rows do not exist yet (a new partition, a raised limit) gets them, created once on the
-   bookkeeping session, and is tried again;
-3. every slot taken: if a key has a rate, take one start of every rate key of the job, all or none,
-   on the bookkeeping session (``take_starts``: a short autocommit statement); refused, roll back
-   and hold that key back in this process until its next start is due (no slot polls for it before
-   then: an idle slot's wait ends at the earliest such time, see ``next_due``).
+1. lock up to ``limit`` available flow-controlled jobs and, for each, a distinct free slot of each of
+   its concurrency keys where there are enough (one statement);
+2. keep the jobs that got every slot; the others stay locked, untouched, until the transaction ends.
+   None kept: roll back (no attempt used) and try again without the keys found full this round --
+   without waiting on anything (SKIP LOCKED throughout). A key whose slot rows do not exist yet (a
+   new partition, a raised limit) gets them, created once on the bookkeeping session (no rollback
+   when other jobs were kept: the next claim finds them; a fair batch is rolled back and taken again
+   from the same place, so a new partition keeps its turn);
+3. a job with a rate is kept only first and alone: one start of every rate key of the job, all or
+   none, on the bookkeeping session (``take_starts``: a short autocommit statement); refused, roll
+   back and hold that key back in this process until its next start is due (no slot polls for it
+   before then: an idle slot's wait ends at the earliest such time, see ``next_due``).
 
 So at most N jobs of a key with ``concurrency=N`` hold its slots, and a held-back job is neither
 failed nor charged an attempt.
@@ -20,7 +24,8 @@ failed nor charged an attempt.
 A fair queue (``queue_limits.fair``) is claimed round-robin across its partitions first
 (``claim_flow_fair``): each process keeps the partition it claimed from last, per queue, and the
 next claim takes the first partition after it (wrapping round); a partition found full or held back
-is stepped over the same way (one index descent, not a scan of its jobs). Queue limits are read by every claim (live); which queues have limits
+is stepped over the same way (one index descent, not a scan of its jobs). A batch from a fair queue
+without weights (``claim_flow_fair_many``) takes one job from each of the next ``limit`` partitions. Queue limits are read by every claim (live); which queues have limits
 is also kept here, refreshed at most every ``REFRESH_SECONDS``, to know which flow claims to run."""
 
 from __future__ import annotations
@@ -28,9 +33,9 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ..backend.base import ClaimedJob, TaskLimits
+from ..backend.base import ClaimedJob, FlowKey, TaskLimits
 from ..errors import ConfigurationError
 from ..flow import NOT_SUPPORTED
 
@@ -79,6 +84,9 @@ class FlowControl:
         self._cursor: dict[str, str | None] = {}  # fair queue -> the partition claimed from last
         self._read_at = float("-inf")
         self._waker: int | None = None  # the slot woken when the next held-back start is due
+        # slots whose last claim that took a job took one with a rate (alone): they claim one job
+        # at a time until they take one without (worker/claiming.py)
+        self.rated_slots: set[int | None] = set()
 
     # ---- what to claim ---------------------------------------------------------------------------
 
@@ -147,27 +155,37 @@ class FlowControl:
 
     # ---- claiming --------------------------------------------------------------------------------
 
-    def claim(self, lease: "Lease", bookkeeping: "Bookkeeping", slot: int | None = None) -> list[ClaimedJob]:
-        """One flow-controlled job locked in a new transaction of ``lease`` with its slots, its rate
-        starts taken -- or [] with no transaction open (nothing available, or all of it held back)."""
+    def claim(self, lease: "Lease", bookkeeping: "Bookkeeping", slot: int | None = None,
+              limit: int = 1, alone: Callable[[str], bool] | None = None) -> list[ClaimedJob]:
+        """Flow-controlled jobs locked in a new transaction of ``lease`` with their slots -- up to
+        ``limit`` (a batch) from the ordinary flow claim or a fair queue without weights, one from a
+        weighted fair queue's, one with a rate (its starts taken) -- or [] with no transaction open
+        (nothing available, or all held back). ``alone(task)``: a fair batch whose first job must run
+        alone is let go here and one job claimed instead, from the same place in the round (the
+        caller lets go the ordinary claim's batches: they move no cursor)."""
         plans: list[tuple[list[str] | None, list[str]]] = []
         if self.limits:
             plans.append((self.queues, self.limited_tasks))
         limited_queues = self.limited_queues()
         for queue in self._fair_queues:
+            if limit > 1 and not self._weights.get(queue):
+                jobs = self._fair_batch(lease, bookkeeping, queue, slot, limit, alone)
+                if jobs:
+                    return jobs
+                continue
             job = self._fair_round(lease, bookkeeping, queue, slot)
             if job is not None:
                 return [job]
         if limited_queues and self.unlimited_tasks:
             plans.append((limited_queues, self.unlimited_tasks))
         for queues, tasks in plans:
-            job = self._claim_round(lease, bookkeeping, queues, tasks, slot)
-            if job is not None:
-                return [job]
+            jobs = self._claim_round(lease, bookkeeping, queues, tasks, slot, limit)
+            if jobs:
+                return jobs
         return []
 
     def _claim_round(self, lease: "Lease", bookkeeping: "Bookkeeping", queues: list[str] | None,
-                     tasks: list[str], slot: int | None) -> ClaimedJob | None:
+                     tasks: list[str], slot: int | None, limit: int = 1) -> list[ClaimedJob]:
         backend = self.backend
         held_queues: list[str] = []
         held_tasks: list[str] = []
@@ -181,40 +199,39 @@ class FlowControl:
             if queues is not None:
                 queues = [q for q in queues if q not in held_queues]
             if not tasks or queues == []:
-                return None
+                return []
             lease.begin()
             try:
-                got = backend.claim_flow(lease, queues, tasks, self.limits, held_queues, held_tasks, held_keys)
+                got = backend.claim_flow_many(lease, limit, queues, tasks, self.limits, held_queues, held_tasks,
+                                              held_keys)
             except BaseException:
                 lease.rollback()
                 raise
-            if got is None:
+            if not got:
                 lease.rollback()
-                return None
-            job, keys, _ = got
-            missing = [(k.key, k.limit) for k in keys if k.limit is not None and (k.slots_existing or 0) < k.limit]
-            full = [k.key for k in keys if k.limit is not None and k.slot is None]
-            if missing or full:
+                return []
+            taken, rated, missing, full = _pick(got)
+            if missing:  # created once, on the bookkeeping session (never in a lease)
+                bookkeeping.run(lambda c: backend.ensure_slots(c, list(missing.items())))
+            if not taken:
                 lease.rollback()
-                if missing:
-                    bookkeeping.run(lambda c: backend.ensure_slots(c, missing))
-                created = {key for key, _ in missing}
                 for key in full:
-                    if key not in created:  # full: its slots exist and are all taken
+                    if key not in missing:  # full: its slots exist and are all taken
                         _rule_out(key, held_queues, held_tasks, held_keys)
                 continue
-            rates = [(k.key, k.every) for k in keys if k.every is not None]
-            if rates:
-                granted, waits = bookkeeping.run(lambda c: backend.take_starts(c, rates))
+            if rated:
+                granted, waits = bookkeeping.run(lambda c: backend.take_starts(c, rated))
                 if not granted:
                     lease.rollback()
                     self._hold(waits, slot)
                     for key in waits:
                         _rule_out(key, held_queues, held_tasks, held_keys)
                     continue
-            return job
-        return None
-
+                self.rated_slots.add(slot)
+            else:
+                self.rated_slots.discard(slot)
+            return taken
+        return []
 
     def _fair_round(self, lease: "Lease", bookkeeping: "Bookkeeping", queue: str, slot: int | None) -> ClaimedJob | None:
         """One fair claim of ``queue``: the first available job of the first partition after this
@@ -273,6 +290,75 @@ class FlowControl:
             return job
         return None
 
+    def _fair_batch(self, lease: "Lease", bookkeeping: "Bookkeeping", queue: str, slot: int | None,
+                    limit: int, alone: Callable[[str], bool] | None = None) -> list[ClaimedJob]:
+        """A batch from a fair queue without weights: the first available job of each of the next
+        ``limit`` partitions after this process's cursor (one round of single fair claims in one
+        transaction), wrapping round once; the cursor moves past the last partition returned. A batch
+        whose first job must run alone (``alone``) is let go before the cursor moves, and one fair
+        claim made instead: the partitions it walked keep their turn."""
+        backend = self.backend
+        tasks = sorted(self.app.tasks)
+        held_queues: list[str] = []
+        held_tasks: list[str] = []
+        held_keys: list[str] = []
+        for key in self._held_now():
+            _rule_out(key, held_queues, held_tasks, held_keys)
+        if queue in held_queues:
+            return []
+        after = self._cursor.get(queue)
+        wrapped = after is None
+        queue_key = json.dumps(["queue", queue])
+        for _ in range(MAX_TRIES):
+            lease.begin()
+            try:
+                got = backend.claim_flow_fair_many(lease, limit, queue, after, tasks, self.limits, held_tasks,
+                                                   held_keys)
+            except BaseException:
+                lease.rollback()
+                raise
+            if not got:
+                lease.rollback()
+                if wrapped:
+                    return []
+                after, wrapped = None, True
+                continue
+            last = max(p for _, _, p in got if p is not None)
+            taken, rated, missing, full = _pick(got)
+            if missing:
+                # created once, on the bookkeeping session (never in a lease); then the batch again from
+                # the same place, as the single fair claim does: a partition meeting its first claim is
+                # not stepped over for a round (tests/flow/test_flow_fair.py)
+                lease.rollback()
+                bookkeeping.run(lambda c: backend.ensure_slots(c, list(missing.items())))
+                continue
+            refused: list[str] = [] if taken else list(full)
+            if taken and rated:
+                granted, waits = bookkeeping.run(lambda c: backend.take_starts(c, rated))
+                if not granted:
+                    self._hold(waits, slot)
+                    refused, taken = list(waits), []
+                else:
+                    self.rated_slots.add(slot)
+            elif taken:
+                self.rated_slots.discard(slot)
+            if not taken:
+                lease.rollback()
+                if queue_key in refused:
+                    return []  # the whole queue is at its limit
+                for key in refused:
+                    if json.loads(key)[0] == "task" and len(json.loads(key)) == 2:
+                        held_tasks.append(json.loads(key)[1])
+                after = last  # step over these partitions
+                continue
+            if len(taken) > 1 and alone is not None and alone(taken[0].task):
+                lease.rollback()  # its slots and starts too (a rate's job is taken alone: never here)
+                job = self._fair_round(lease, bookkeeping, queue, slot)
+                return [] if job is None else [job]
+            self._cursor[queue] = last
+            return taken
+        return []
+
     def _advance(self, queue: str, after: str | None, partition: str | None) -> None:
         """After a fair claim from ``partition`` (found after ``after``): a partition of weight w
         keeps the cursor where it was -- so the next claim finds it again -- until it has had w
@@ -286,6 +372,33 @@ class FlowControl:
         else:
             self._served[queue] = (partition, 0)
             self._cursor[queue] = partition
+
+
+def _pick(got: list[tuple[ClaimedJob, list[FlowKey], str | None]]
+          ) -> tuple[list[ClaimedJob], list[tuple[str, float]], dict[str, int], list[str]]:
+    """What a flow claim may run of the jobs it locked: those that got a slot of every limited key,
+    in claim order -- a job with a rate only first and alone (the caller takes its starts: ``rated``);
+    the others stay locked, untouched, until the transaction ends. Also the keys whose slots do not
+    all exist yet (``missing``: key -> limit) and those found full."""
+    taken: list[ClaimedJob] = []
+    rated: list[tuple[str, float]] = []
+    missing: dict[str, int] = {}
+    full: list[str] = []
+    for job, keys, _ in got:
+        for k in keys:
+            if k.limit is not None and (k.slots_existing or 0) < k.limit:
+                missing[k.key] = k.limit
+            elif k.limit is not None and k.slot is None and k.key not in full:
+                full.append(k.key)
+        if any(k.limit is not None and k.slot is None for k in keys):
+            continue
+        rates = [(k.key, k.every) for k in keys if k.every is not None]
+        if rates:
+            if not taken:
+                taken, rated = [job], [(key, every) for key, every in rates if every is not None]
+            break
+        taken.append(job)
+    return taken, rated, missing, full
 
 
 def _rule_out(key: str, held_queues: list[str], held_tasks: list[str], held_keys: list[str]) -> None:

@@ -211,18 +211,49 @@ class Leasing(PostgresConnections):
         partitions: the first partition after ``after`` (``claim_flow_fair``). Returns the job
         (``slots``: those taken), its keys and its partition, or None. The caller must roll back
         unless every key with a limit got a slot."""
-        row = conn.execute(self.q["claim_flow" if fair_queue is None else "claim_flow_fair"], {
-            "queue": fair_queue, "after": after,
+        got = self._flow_rows(conn, "claim_flow" if fair_queue is None else "claim_flow_fair", 1, queues, tasks,
+                              limits, held_queues, held_tasks, held, fair_queue, after)
+        return got[0] if got else None
+
+    @_on_session
+    def claim_flow_many(self, conn: psycopg.Connection[Any], limit: int, queues: Sequence[str] | None,
+                        tasks: Sequence[str], limits: Sequence[TaskLimits], held_queues: Sequence[str] = (),
+                        held_tasks: Sequence[str] = (),
+                        held: Sequence[str] = ()) -> list[tuple[ClaimedJob, list[FlowKey], str | None]]:
+        """``claim_flow`` for up to ``limit`` jobs in one statement, in (priority, id) order, each with
+        distinct free slots where there are enough (see ``claim_flow`` in queries.sql). The caller runs
+        only the jobs whose every limited key got a slot; the others stay locked, untouched, until the
+        transaction ends."""
+        return self._flow_rows(conn, "claim_flow", limit, queues, tasks, limits, held_queues, held_tasks, held,
+                               None, None)
+
+    @_on_session
+    def claim_flow_fair_many(self, conn: psycopg.Connection[Any], limit: int, queue: str, after: str | None,
+                             tasks: Sequence[str], limits: Sequence[TaskLimits], held_tasks: Sequence[str] = (),
+                             held: Sequence[str] = ()) -> list[tuple[ClaimedJob, list[FlowKey], str | None]]:
+        """The fair claim for a batch: the first available job of each of the next ``limit``
+        partitions of ``queue`` after ``after`` (``claim_flow_fair_many`` in queries.sql), slots as in
+        ``claim_flow_many``."""
+        return self._flow_rows(conn, "claim_flow_fair_many", limit, None, tasks, limits, (), held_tasks, held,
+                               queue, after)
+
+    def _flow_rows(self, conn: psycopg.Connection[Any], name: str, limit: int, queues: Sequence[str] | None,
+                   tasks: Sequence[str], limits: Sequence[TaskLimits], held_queues: Sequence[str],
+                   held_tasks: Sequence[str], held: Sequence[str], fair_queue: str | None,
+                   after: str | None) -> list[tuple[ClaimedJob, list[FlowKey], str | None]]:
+        rows = conn.execute(self.q[name], {
+            "queue": fair_queue, "after": after, "limit": limit,
             "queues": None if queues is None else list(queues), "tasks": list(tasks),
             "lt_tasks": [t.task for t in limits], "lt_concurrency": [t.concurrency for t in limits],
             "lt_partition_by": [t.partition_by for t in limits], "lt_every": [t.every for t in limits],
-            "held_queues": list(held_queues), "held_tasks": list(held_tasks), "held": list(held)}).fetchone()
-        if row is None:
-            return None
-        keys = [FlowKey(*k) for k in zip(row[10], row[11], row[12], row[13], row[14])]
-        job = ClaimedJob(*row[:10])
-        job.slots = tuple((k.key, k.slot) for k in keys if k.slot is not None)
-        return job, keys, row[15]
+            "held_queues": list(held_queues), "held_tasks": list(held_tasks), "held": list(held)}).fetchall()
+        out = []
+        for row in sorted(rows, key=lambda r: (r[4], r[0])):  # claim order: (priority, id)
+            keys = [FlowKey(*k) for k in zip(row[10], row[11], row[12], row[13], row[14])]
+            job = ClaimedJob(*row[:10])
+            job.slots = tuple((k.key, k.slot) for k in keys if k.slot is not None)
+            out.append((job, keys, row[15]))
+        return out
 
     def release_stale_slots(self) -> int:
         """Free the slots of owners no running job has (the rescuer's pass; see queries.sql)."""

@@ -1,0 +1,96 @@
+"""Which claim a slot tries first when flow-controlled jobs may be waiting (worker/claiming.py): a
+plain claim that found nothing is not tried first again for ``PLAIN_REST_SECONDS`` while the slot's
+flow claims find work -- counted with the plain claim's own trace spans (OpenTelemetry's in-memory
+exporter) -- and plain jobs enqueued while every slot drains a flow backlog still start before the
+backlog is done (the rest delays them; it does not starve them)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from support import wait_for
+
+import skiplock
+from skiplock.worker.batching import WholeBatches
+from skiplock.worker.claiming import PLAIN_REST_SECONDS
+
+
+def make_app(dsn: str, seconds: float = 0.0) -> skiplock.App:
+    app = skiplock.App(dsn)
+
+    def record(job: Any, part: str) -> None:
+        job.conn.execute("INSERT INTO flow_runs (job_id, part, started, ended, pid) "
+                         "VALUES (%s, %s, clock_timestamp(), clock_timestamp(), pg_backend_pid())", (job.id, part))
+        time.sleep(seconds)
+
+    @app.task("fair_job", queue="fair")
+    def fair_job(job, part):
+        record(job, part)
+
+    @app.task("plain_job", queue="fair_plain")
+    def plain_job(job, part):
+        record(job, part)
+
+    app.set_queue_limits("fair", fair=True)
+    return app
+
+
+def run(app: skiplock.App, worker: Any, condition: Any) -> float:
+    thread = threading.Thread(target=worker.run, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    try:
+        wait_for(condition, timeout=60, what="the runs")
+        return time.monotonic() - started
+    finally:
+        worker.stop()
+        thread.join(30)
+
+
+def test_an_empty_plain_claim_is_not_tried_first_before_every_other_flow_claim(dsn: str,
+                                                                                runs: psycopg.Connection[Any]):
+    jobs, size = 200, 4
+    app = make_app(dsn)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    app.enable_tracing(provider)
+    app.enqueue_many([("fair_job", {"part": f"p{i % 20}"}, {"partition": f"p{i % 20}"}) for i in range(jobs)])
+    worker = app.worker(concurrency=1, poll_interval=0.5, handle_signals=False, adaptive_limit=False,
+                        batch_policy=WholeBatches(batch_size=size))
+    elapsed = run(app, worker, lambda: runs.execute("SELECT count(*) FROM flow_runs").fetchone()[0] == jobs)
+    plain = [s for s in exporter.get_finished_spans() if s.name == "skiplock claim"]
+    assert all(s.attributes["skiplock.claimed"] == 0 for s in plain)
+    # 50 flow claims: alternating, every other one came after an empty plain claim (25); now one
+    # per PLAIN_REST_SECONDS at most, plus those of the idle slot at the start and end
+    assert len(plain) <= 4 + elapsed / PLAIN_REST_SECONDS < jobs / size / 2, (len(plain), elapsed)
+    assert runs.execute("SELECT count(DISTINCT job_id) FROM flow_runs").fetchone()[0] == jobs
+    app.close()
+
+
+def test_plain_jobs_are_not_starved_by_a_flow_backlog(dsn: str, runs: psycopg.Connection[Any]):
+    app = make_app(dsn, seconds=0.01)  # measured slow (over batch_budget / 10): one job per claim
+    backlog = 500
+    app.enqueue_many([("fair_job", {"part": f"p{i % 10}"}, {"partition": f"p{i % 10}"}) for i in range(backlog)])
+    worker = app.worker(concurrency=2, poll_interval=0.05, handle_signals=False, adaptive_limit=False)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: runs.execute("SELECT count(*) FROM flow_runs").fetchone()[0] >= 50, timeout=60,
+                 what="the flow drain under way")
+        app.enqueue_many([("plain_job", {"part": "plain"}, {}) for _ in range(5)])
+        wait_for(lambda: runs.execute("SELECT count(*) FROM flow_runs").fetchone()[0] == backlog + 5, timeout=60,
+                 what="every job")
+    finally:
+        worker.stop()
+        thread.join(30)
+    order = [part for (part,) in runs.execute("SELECT part FROM flow_runs ORDER BY started, job_id")]
+    last_plain = max(i for i, part in enumerate(order) if part == "plain")
+    assert last_plain < len(order) - 50, (last_plain, len(order))  # well before the backlog was done
+    app.close()
