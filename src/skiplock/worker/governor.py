@@ -50,7 +50,7 @@ class Permit:
 
 
 class Governor:
-    def __init__(self, slots: int, *, start: int = 16, floor: int = 4, tolerance: float = 2.0,
+    def __init__(self, slots: int, *, start: int = 16, floor: int = 4, tolerance: float = 1.3,
                  slack: float = 0.002, window: float = 0.25, min_samples: int = 8, history: int = 40,
                  adaptive: bool = True, clock: Callable[[], float] = time.monotonic):
         self.slots = slots
