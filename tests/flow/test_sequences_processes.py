@@ -51,8 +51,11 @@ def test_sequences_run_in_order_one_at_a_time_through_failures_and_kills(
     db = seq_tables
     with skiplock.App(dsn) as producer:
         # interleaved: job n of every sequence before job n+1 of any, so the sequences run side by side
-        # (a producer without the task registered gives the key itself: sequence_by is applied at enqueue)
-        producer.enqueue_many([("seq_step", {"seq": f"s{s}", "n": n}, {"queue": "seq", "sequence": f"s{s}"})
+        # (a producer without the task registered gives the key itself: sequence_by is applied at enqueue,
+        # and so is the task's max_attempts -- without it the default 5 could run out under 10 % random
+        # failures plus kills, and a job would end failed: a flake, not a broken order)
+        producer.enqueue_many([("seq_step", {"seq": f"s{s}", "n": n},
+                                {"queue": "seq", "sequence": f"s{s}", "max_attempts": 1000})
                                for n in range(PER_SEQUENCE) for s in range(SEQUENCES)])
     env = {"FLOW_DSN": dsn, "FLOW_SECONDS": "0.01", "FLOW_FAIL_RATE": "0.1"}
     workers = [spawn.worker(dsn, concurrency=4, lease=lease, queues=("seq",), env=env) for _ in range(3)]
