@@ -146,6 +146,15 @@ class FlowControl:
                 del self._held[key]
             return list(self._held)
 
+    def _ruled_out(self) -> tuple[list[str], list[str], list[str]]:
+        """The queues, tasks and other keys held back now (``_hold``), as the claim round leaves them out."""
+        held_queues: list[str] = []
+        held_tasks: list[str] = []
+        held_keys: list[str] = []
+        for key in self._held_now():
+            _rule_out(key, held_queues, held_tasks, held_keys)
+        return held_queues, held_tasks, held_keys
+
     def _hold(self, waits: dict[str, float], slot: int | None) -> None:
         now = time.monotonic()
         with self._lock:
@@ -187,11 +196,7 @@ class FlowControl:
     def _claim_round(self, lease: "Lease", bookkeeping: "Bookkeeping", queues: list[str] | None,
                      tasks: list[str], slot: int | None, limit: int = 1) -> list[ClaimedJob]:
         backend = self.backend
-        held_queues: list[str] = []
-        held_tasks: list[str] = []
-        held_keys: list[str] = []
-        for key in self._held_now():
-            _rule_out(key, held_queues, held_tasks, held_keys)
+        held_queues, held_tasks, held_keys = self._ruled_out()
         for _ in range(MAX_TRIES):
             # A queue or task held back leaves the lists the scan walks (index conditions), so a full
             # one costs the next try nothing; only a worker serving every queue filters them per row.
@@ -238,11 +243,7 @@ class FlowControl:
         process's cursor, wrapping round once; a partition short of a slot or a start is stepped over."""
         backend = self.backend
         tasks = sorted(self.app.tasks)
-        held_queues: list[str] = []
-        held_tasks: list[str] = []
-        held_keys: list[str] = []
-        for key in self._held_now():
-            _rule_out(key, held_queues, held_tasks, held_keys)
+        held_queues, held_tasks, held_keys = self._ruled_out()
         if queue in held_queues:
             return None
         after = self._cursor.get(queue)
@@ -299,11 +300,7 @@ class FlowControl:
         claim made instead: the partitions it walked keep their turn."""
         backend = self.backend
         tasks = sorted(self.app.tasks)
-        held_queues: list[str] = []
-        held_tasks: list[str] = []
-        held_keys: list[str] = []
-        for key in self._held_now():
-            _rule_out(key, held_queues, held_tasks, held_keys)
+        held_queues, held_tasks, held_keys = self._ruled_out()
         if queue in held_queues:
             return []
         after = self._cursor.get(queue)
