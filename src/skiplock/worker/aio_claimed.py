@@ -28,7 +28,7 @@ from ..backend.base import ClaimedJob
 from ..errors import ConnectionLost, DatabaseError
 from ..job import Cancelled, Done, Failed, LeaseLost, Outcome
 from .aio_handler import make_async_job, run_handler
-from .completer import _as_written, _row_for
+from .completer import Completer, _as_written, _row_for
 
 if TYPE_CHECKING:
     from ..app import Task
@@ -145,21 +145,15 @@ class ClaimedLeaseRuns:
             self._complete_wake.set()
             if await done:
                 return outcome
-            return self._lost_lease(claimed, outcome)
+            return Completer.lost(claimed, outcome)
         state, delay, error, uncount = _row_for(outcome)
         if uncount:
             attempt -= 1
         written = await leasing.record_outcome(None, claimed, attempt, state=state, delay=delay, error=error,
                                                started_at=started_at, worker=self.w.name, owner=owner)
         if written is None:
-            return self._lost_lease(claimed, outcome)
+            return Completer.lost(claimed, outcome)
         return _as_written(outcome, written)
-
-    @staticmethod
-    def _lost_lease(claimed: ClaimedJob, outcome: Outcome) -> Outcome:
-        log.warning("job %s: lost its lease (rescued or cancelled meanwhile); our finishing write was refused",
-                    claimed.id)
-        return LeaseLost(outcome)
 
     async def complete_loop(self, most: int = 500) -> None:
         """Claimed-lease ``done`` writes, many per round trip and transaction (``complete_many``), each

@@ -122,10 +122,10 @@ class AsyncWorker:
             # leaves a task that has one to a threaded worker -- read before the first claim, then
             # every REFRESH_SECONDS, as the threaded worker re-reads them.
             has_claimed, has_txn = bool(claimed_tasks), bool(txn_tasks)
+            beat = min((tasks[n].lease_seconds for n in claimed_tasks), default=0.0) / 3
             claimable = _Claimable(app, claimed_tasks, txn_tasks)
             await claimable.refresh()
             if has_claimed:
-                beat = min(tasks[n].lease_seconds for n in claimable.every_claimed) / 3
                 loops.append(asyncio.ensure_future(self.claimed.claim_loop(claimed_tasks, stop_when_empty)))
                 services = [asyncio.ensure_future(self.claimed.heartbeat_loop(beat)),
                             asyncio.ensure_future(self.claimed.rescue_loop())]
@@ -200,7 +200,6 @@ class _Claimable:
 
     def __init__(self, app: Any, claimed: list[str], txn: list[str]):
         self.app = app
-        self.every_claimed = list(claimed)
         self.lists = [(claimed, list(claimed)), (txn, list(txn))]  # (the loop's list, every name)
         self.limited: set[str] = set()
 

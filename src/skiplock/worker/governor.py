@@ -58,7 +58,7 @@ class Governor:
         self.start = start
         self.floor = min(slots, floor)
         self.limit = slots if not adaptive else max(self.floor, min(slots, start))
-        self.cap = max(self.limit, min(slots, start)) if adaptive else slots  # permits while batching (share())
+        self.cap = self.limit  # the most permits while batching (share())
         self.tolerance = tolerance
         self.slack = slack
         self.window = window
