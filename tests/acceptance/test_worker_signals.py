@@ -4,6 +4,7 @@ exit 1), and the job is later done exactly once by another worker."""
 
 from __future__ import annotations
 
+import re
 import signal
 
 import pytest
@@ -80,3 +81,20 @@ def test_finished_at_is_when_the_job_finished(dsn, effects, producer, spawn):
     job = job_row(db, job_id)
     assert job["state"] == "done"
     assert job["finished_at"] >= job["started_at"], job
+
+
+def test_sigusr1_writes_every_threads_stack_and_the_worker_goes_on(dsn, effects, producer, spawn):
+    db = effects
+    job_id = producer.enqueue("slow", {"seconds": 2})
+    w = spawn.worker(dsn, concurrency=2)
+    wait_for(lambda: list(in_flight(db, w)) == [job_id], 30, f"worker to start job {job_id}", on_timeout=w.output)
+    w.signal(signal.SIGUSR1)
+    # faulthandler's dump: one block per thread; the running handler's frame is in one of them.
+    in_slow = re.compile(r'tasks_app\.py", line \d+ in slow')
+    wait_for(lambda: w.stderr().count("Thread 0x") >= 2 and in_slow.search(w.stderr()), 30,
+             "the stacks in the worker's log", on_timeout=w.output)
+    assert w.alive(), "SIGUSR1 must not end the worker"
+    wait_for(lambda: job_row(db, job_id)["state"] == "done", 30, "the job to finish after the dump",
+             on_timeout=w.output)
+    w.signal(signal.SIGTERM)
+    assert w.wait() == 0, w.output()

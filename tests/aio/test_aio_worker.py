@@ -117,7 +117,9 @@ def test_a_timeout_fails_the_attempt_and_is_retried_as_in_the_sync_worker(dsn, l
     aapp = skiplock.AsyncApp(dsn)
     attempts = []
 
-    @aapp.task(name="slow", lease=lease, timeout=0.2, max_attempts=2, retry=0)
+    # 1 s, not less: a timeout that fires before the handler's first step (a loaded machine) is an
+    # attempt that timed out without appending here -- the test counts the handler's runs
+    @aapp.task(name="slow", lease=lease, timeout=1.0, max_attempts=2, retry=0)
     async def slow(job):
         attempts.append(job.attempts)
         await asyncio.sleep(30)

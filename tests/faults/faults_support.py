@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,7 +110,15 @@ class WorkerProc(ChildProcess):
         return self.log_path.read_text(errors="replace")
 
     def tail(self, n: int = 4000) -> str:
-        return f"--- worker {self.pid} log (tail) ---\n{self.output()[-n:]}"
+        """The log's tail; a live worker then writes every thread's stack (SIGUSR1), so a timed-out
+        wait says what the worker was waiting for."""
+        text = f"--- worker {self.pid} log (tail) ---\n{self.output()[-n:]}"
+        if self.alive() and "serving" in self.output():  # its handlers are installed
+            size = len(self.output())
+            self.signal(signal.SIGUSR1)
+            time.sleep(0.5)
+            text += f"\n--- its threads ---\n{self.output()[size:]}"
+        return text
 
 
 class Workers:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from typing import Any
 
@@ -57,10 +58,12 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
            batch_size: int, batch_budget: float, batch_slots: int, fixed_concurrency: bool, stop_when_empty: bool,
            due_within: float, log_level: str, no_maintenance: bool, fail_unknown_tasks: bool,
            metrics_port: int | None, metrics_host: str, health_port: int | None, health_host: str) -> None:
-    """Run a worker. SIGINT/SIGTERM: finish in-flight jobs and exit 0; a second signal aborts them."""
+    """Run a worker. SIGINT/SIGTERM: finish in-flight jobs and exit 0; a second signal aborts them.
+    SIGUSR1: write every thread's stack to stderr, and go on."""
     from ..observability.logs import configure_logging
 
     configure_logging(log_level)  # text or --log-format json (observability/logs.py)
+    dump_stacks_on(signal.SIGUSR1)  # text or --log-format json (observability/logs.py)
     app = obj.app(app_spec)
     queue_list = [q for q in queues.split(",")] if queues else None
     if queue_list is not None and not all(queue_list):
@@ -95,6 +98,17 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
             health.stop()
     log.info("worker %s stopped: %d done, %d retried, %d failed", w.name, stats.done, stats.retried, stats.failed)
     sys.exit(1 if stats.aborted else 0)
+
+
+def dump_stacks_on(signum: int) -> None:
+    """On ``signum``, the stack of every thread goes to stderr (the worker's log) and the worker goes on:
+    what a stuck worker is waiting for, without a debugger. Only this user (or root) can send it."""
+    import faulthandler
+
+    try:
+        faulthandler.register(signum, file=sys.stderr, all_threads=True, chain=False)
+    except (AttributeError, OSError, ValueError):  # stderr is not a file (embedded use): no dump
+        pass
 
 
 def start_metrics(app: Any, host: str, port: int) -> Any:

@@ -2,7 +2,8 @@
 
 Guarantees:
 
-- No claim while a suspect runs alone in the process (gate.py): the slot waits at the gate first.
+- No claim while a suspect runs alone in the process, or waits to: the slot holds the gate (gate.py)
+  from before its claim to its COMMIT.
 - The plain claim takes up to ``size`` jobs of the unlimited tasks (``FOR UPDATE SKIP LOCKED``, in a
   new transaction of the slot's lease); more than one only with a batch turn of the worker's
   :class:`~skiplock.worker.batching.BatchPolicy` (``batch_slots``), given back when there is no batch
@@ -59,7 +60,6 @@ class Claimer:
         now holds a batch turn (only while it has a batch of fast jobs to run; see ``batch_slots``).
         When flow-controlled jobs may be waiting (worker/flow.py), each slot alternates which claim
         it tries first, the flow claim (one job) or the plain one, and tries the other if it finds none."""
-        executor.gate.wait_open(self.w._stopping)  # no claim while a suspect runs alone (see gate.py)
         flow = self.w.flow
         if flow is None or not flow.active():
             return self._plain_claim(lease, size, executor, index)

@@ -49,7 +49,7 @@ from .bookkeeping import Bookkeeping
 from .claimed import run_claimed
 from .completer import CancelledWhileRunning, Completer
 from .failures import (MAX_ERROR_CHARS, ResultNotStorable, decide_failure, format_error)  # noqa: F401 - public here too
-from .gate import RunGate
+from .gate import RunAlone, RunGate  # noqa: F401 - RunAlone: public here too
 from .handler import Handlers, JobTimeout, LeaseTimeout, make_job  # noqa: F401 - public here too
 
 if TYPE_CHECKING:
@@ -93,16 +93,16 @@ class Executor:
                   stopping: threading.Event) -> BatchRun:
         """Run the jobs one claim locked, in that claim's transaction, and COMMIT. Returns the
         outcomes that are durable. A job that must run alone (see ``alone``) runs alone: first, or
-        not in this transaction (the jobs not started are released untouched by the COMMIT). Its
-        handlers hold the process's run gate shared (a suspect's run takes it exclusive, see ``run``)."""
+        not in this transaction (the jobs not started are released untouched by the COMMIT). The
+        caller holds the process's run gate (gate.py); a suspect that cannot run alone at once
+        raises ``RunAlone`` with the lease's transaction let go."""
         handlers = self.handlers
         handlers.reset()
-        with self.gate.shared():
-            try:
-                run = self._run_batch(lease, batch, slot, budget, stopping)
-            except CancelledWhileRunning as ended:  # recorded cancelled (durable); the slot reconnects
-                handlers.reporter.finished([ended.claimed], [ended.outcome], handlers.ran)
-                raise
+        try:
+            run = self._run_batch(lease, batch, slot, budget, stopping)
+        except CancelledWhileRunning as ended:  # recorded cancelled (durable); the slot reconnects
+            handlers.reporter.finished([ended.claimed], [ended.outcome], handlers.ran)
+            raise
         run.handler_seconds = handlers.seconds
         if run.jobs is not None:  # durable now: logs, hooks, metrics (observability/reporting.py)
             handlers.reporter.finished(run.jobs, run.outcomes, handlers.ran)
@@ -157,6 +157,20 @@ class Executor:
         if suspects:  # one may crash its worker: it runs alone, the jobs after it are released at COMMIT
             first = next(i for i, claimed in enumerate(batch) if claimed.id in suspects)
             batch = batch[:max(first, 1)]
+            if first == 0:
+                with self.gate.alone() as alone:
+                    if not alone:  # never wait at the gate holding a transaction (gate.py): let it go
+                        completer.finish_batch(lease, batch_id, [], started_at, slot)  # its row goes, nothing ran
+                        raise RunAlone(batch[0].id)
+                    return self._run_jobs(lease, batch, slot, budget, stopping, batch_id, suspects, cancels)
+        return self._run_jobs(lease, batch, slot, budget, stopping, batch_id, suspects, cancels)
+
+    def _run_jobs(self, lease: "Lease", batch: list[ClaimedJob], slot: str, budget: float,
+                  stopping: threading.Event, batch_id: int, suspects: "set[int]",
+                  cancels: "dict[int, str]") -> BatchRun:
+        """The jobs of batch ``batch_id`` (``_run_many``), in order, then its COMMIT."""
+        completer = self.completer
+        started_at = batch[0].claimed_at
         outcomes: list[Outcome] = []
         reported: list[ClaimedJob] = []  # outcomes[i] is reported[i]'s
         done: list[tuple[ClaimedJob, int, str | None]] = []
@@ -235,9 +249,12 @@ class Executor:
         if suspect and not self.alone_in_process:
             # Its last attempt (or its batch) never finished: this one runs alone in the process, and is
             # charged if it never finishes either (see gate.py).
-            log.info("job %s: its previous run never finished; attempt %s runs alone in this process",
-                     claimed.id, attempt)
-            with self.gate.exclusive():
+            with self.gate.alone() as alone:
+                if not alone:  # never wait at the gate holding a transaction (gate.py): let it go
+                    lease.rollback()  # this attempt was never run: it is not charged (start_attempt)
+                    raise RunAlone(claimed.id)
+                log.info("job %s: its previous run never finished; attempt %s runs alone in this process",
+                         claimed.id, attempt)
                 self.bookkeeping.run(lambda c: backend.mark_exclusive(c, claimed.id, attempt))
                 return self._run_counted(lease, claimed, task, attempt, slot, commit)
         return self._run_counted(lease, claimed, task, attempt, slot, commit)

@@ -31,6 +31,7 @@ from .batching import DEFAULT_BATCH_SIZE, BatchPolicy, ClaimSize
 from .claiming import Claimer
 from .completer import CancelledWhileRunning
 from .executor import Executor
+from .gate import RunAlone
 from .flow import FlowControl
 from .governor import Governor, Permit
 from .heartbeat import Heartbeat
@@ -281,6 +282,8 @@ class Worker:
         assert recovery is not None
         backoff = recovery.backoff()
         permit: Permit | None = None  # the governor's permit this slot holds, if any
+        gate = executor.gate
+        alone = False  # the next claim holds the gate alone: a suspect is waiting for it (gate.py)
         try:
             while not self._stopping.is_set():
                 try:
@@ -303,33 +306,42 @@ class Worker:
                             self._leases[index] = lease
                         began = time.perf_counter()
                         wakes = self._wakes
-                        claimed, turn = self.claimer.claim(lease, size, executor, index)
-                        if backoff.failures:  # the connection works: an outage (if any) is over
-                            recovery.connected(f"slot {slot_name}")
-                        try:
-                            if not claimed:
-                                lease.rollback()
-                            else:
-                                if len(claimed) >= size.value:
-                                    self.wake(every=False, slots=2)  # there may be more: let idle slots look too
-                                self._busy.add(index)
-                                try:
-                                    run = executor.run_batch(lease, claimed, slot_name, self.batch_budget,
-                                                             self._stopping)
-                                    for outcome in run.outcomes:
-                                        self.stats.count(outcome)
-                                    size.after(len(claimed), run)
-                                    if run.outcomes:
-                                        self.governor.observe(
-                                            (time.perf_counter() - began - run.handler_seconds) / len(run.outcomes),
-                                            batched=not executor.alone(claimed[0].task))
-                                finally:
-                                    self._busy.discard(index)
-                                if claimed[0].slots and not self._stopping.is_set():
-                                    self.wake(every=False, slots=1)  # its slots are free: an idle slot may take them
-                        finally:
-                            if turn:
-                                self.batching.give_turn(index)
+                        if not alone:
+                            gate.wait_open(self._stopping)  # no claim while a suspect runs alone, or waits to
+                            if self._stopping.is_set():
+                                continue
+                        # The gate is held from the claim to the COMMIT, never waited for in a transaction.
+                        with gate.exclusive() if alone else gate.shared():
+                            alone = False
+                            claimed, turn = self.claimer.claim(lease, size, executor, index)
+                            if backoff.failures:  # the connection works: an outage (if any) is over
+                                recovery.connected(f"slot {slot_name}")
+                            try:
+                                if not claimed:
+                                    lease.rollback()
+                                else:
+                                    if len(claimed) >= size.value:
+                                        self.wake(every=False, slots=2)  # there may be more: let idle slots look
+                                    self._busy.add(index)
+                                    try:
+                                        run = executor.run_batch(lease, claimed, slot_name, self.batch_budget,
+                                                                 self._stopping)
+                                        for outcome in run.outcomes:
+                                            self.stats.count(outcome)
+                                        size.after(len(claimed), run)
+                                        if run.outcomes:
+                                            self.governor.observe(
+                                                (time.perf_counter() - began - run.handler_seconds)
+                                                / len(run.outcomes), batched=not executor.alone(claimed[0].task))
+                                    except RunAlone:  # its transaction let go: claim again, holding the gate alone
+                                        alone = True
+                                    finally:
+                                        self._busy.discard(index)
+                                    if claimed[0].slots and not self._stopping.is_set():
+                                        self.wake(every=False, slots=1)  # its slots are free: an idle slot may look
+                            finally:
+                                if turn:
+                                    self.batching.give_turn(index)
                         keep = bool(claimed)
                     finally:
                         # A slot that keeps finding work keeps its permit from one lease to the next, so
