@@ -53,3 +53,40 @@ def test_a_finishing_write_does_not_wait_for_a_locked_slot(app: skiplock.App, db
         assert owned(db, '["task", "long"]') == [owner]  # left for the rescuer
     assert app.backend.release_stale_slots() == 1
     assert owned(db, '["task", "long"]') == [None]
+
+
+def test_a_batch_takes_one_slot_of_each_key_whatever_its_number_of_jobs(app: skiplock.App, dsn: str):
+    """A batch's jobs run one after another (executor.py, ``_run_many``), so a batch holds one slot of
+    each limited key its jobs have (``claim_flow`` in queries.sql): four jobs of one partition limited
+    to 2 take one of its slots, and the queue limited to 3 loses one slot to the whole batch, not six."""
+    @app.task("t", concurrency=2, partition_by="customer")
+    def t(job, customer):
+        pass
+
+    app.set_queue_limits("default", concurrency=3)
+    app.enqueue_many([("t", {"customer": c}) for c in "aaaabb"])
+    keys = {'["task", "t", "a"]': 2, '["task", "t", "b"]': 2, '["queue", "default"]': 3}
+    backend = app.backend
+    limits = [skiplock.backend.base.TaskLimits("t", 2, "customer", None)]
+    with backend.connect_bookkeeping() as book:
+        backend.ensure_slots(book, list(keys.items()))
+    with backend.connect_lease() as lease, psycopg.connect(dsn) as other:
+        lease.begin()
+        got = backend.claim_flow_many(lease, 6, None, ["t"], limits)
+        assert len(got) == 6
+        slots: dict[str, set[int]] = {}
+        for _, flow_keys, _ in got:
+            assert {k.key for k in flow_keys} == {'["task", "t", "a"]', '["queue", "default"]'} \
+                or {k.key for k in flow_keys} == {'["task", "t", "b"]', '["queue", "default"]'}
+            for k in flow_keys:
+                assert k.slot is not None and k.slots_existing == keys[k.key]
+                slots.setdefault(k.key, set()).add(k.slot)
+        assert all(len(ns) == 1 for ns in slots.values()), slots  # one slot per key, shared by its jobs
+        # every other slot is free for another lease: one of each partition, two of the queue
+        free = other.execute("SELECT key, count(*) FROM skiplock.flow_slots WHERE owner IS NULL "
+                             "GROUP BY key ORDER BY key").fetchall()
+        locked_free = other.execute("SELECT key, count(*) FROM (SELECT key FROM skiplock.flow_slots "
+                                    "FOR UPDATE SKIP LOCKED) f GROUP BY key ORDER BY key").fetchall()
+        assert dict(free) == keys
+        assert dict(locked_free) == {'["queue", "default"]': 2, '["task", "t", "a"]': 1, '["task", "t", "b"]': 1}
+        lease.rollback()

@@ -87,8 +87,8 @@ class Claimer:
     def _flow_claim(self, flow: FlowControl, lease: "Lease", size: ClaimSize, executor: Executor,
                     index: int) -> tuple[list[Any], bool]:
         """Flow-controlled jobs (worker/flow.py): up to ``size`` of them, as the plain claim's batches
-        (a batch turn, the same policy), each with its own slots. A claim that got any job wakes two
-        idle slots to look too (there may be more), as after a full plain claim."""
+        (a batch turn, the same policy), with one slot of each of their keys. A claim that got any job
+        wakes two idle slots to look too (there may be more), as after a full plain claim."""
         # a job with a rate is claimed alone (worker/flow.py): after one, this slot claims one job
         # (no batch turn to wait for) until it takes a job without a rate
         limit, turn = (1, False) if index in flow.rated_slots else self._take_turn(size, index)

@@ -138,7 +138,9 @@ class Executor:
 
     def _run_many(self, lease: "Lease", batch: list[ClaimedJob], slot: str, budget: float,
                   stopping: threading.Event) -> BatchRun:
-        """Several jobs in one transaction, one after another, then one COMMIT.
+        """Several jobs in one transaction, one after another (never two at once: a flow-controlled
+        batch holds one slot of each key for all its jobs, see ``claim_flow`` in queries.sql), then
+        one COMMIT.
 
         One durable write marks the batch before the first handler starts (``start_batch``: if the
         transaction never commits, each of its jobs later runs alone with a counted attempt). Each job

@@ -5,8 +5,9 @@ slot's claim size at once (a batch, as the plain claim's, sharing one transactio
 One claim round, in a fresh lease transaction each try (``claim_flow_many``, ``claim_flow`` in
 backend/postgres/queries.sql):
 
-1. lock up to ``limit`` available flow-controlled jobs and, for each, a distinct free slot of each of
-   its concurrency keys where there are enough (one statement);
+1. lock up to ``limit`` available flow-controlled jobs and one free slot of each of their concurrency
+   keys, shared by the batch's jobs of that key -- they run one after another, never two at once
+   (one statement);
 2. keep the jobs that got every slot; the others stay locked, untouched, until the transaction ends.
    None kept: roll back (no attempt used) and try again without the keys found full this round --
    without waiting on anything (SKIP LOCKED throughout). A key whose slot rows do not exist yet (a

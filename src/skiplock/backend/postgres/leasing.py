@@ -220,8 +220,9 @@ class Leasing(PostgresConnections):
                         tasks: Sequence[str], limits: Sequence[TaskLimits], held_queues: Sequence[str] = (),
                         held_tasks: Sequence[str] = (),
                         held: Sequence[str] = ()) -> list[tuple[ClaimedJob, list[FlowKey], str | None]]:
-        """``claim_flow`` for up to ``limit`` jobs in one statement, in (priority, id) order, each with
-        distinct free slots where there are enough (see ``claim_flow`` in queries.sql). The caller runs
+        """``claim_flow`` for up to ``limit`` jobs in one statement, in (priority, id) order, with one
+        free slot of each of their keys, shared by the jobs of that key: the batch runs them one after
+        another (see ``claim_flow`` in queries.sql). The caller runs
         only the jobs whose every limited key got a slot; the others stay locked, untouched, until the
         transaction ends."""
         return self._flow_rows(conn, "claim_flow", limit, queues, tasks, limits, held_queues, held_tasks, held,

@@ -879,22 +879,22 @@ SELECT id, (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_wa
 -- slots that exist (fewer than the limit: the caller creates them with `ensure_slots`), the seconds
 -- between starts (a rate).
 -- A batch (%(limit)s > 1; the worker's batching policy decides, as for the plain claim):
--- * each key with a limit gets at most as many slots as the batch has jobs of that key, each a
---   distinct slot row numbered <= the limit, locked here (FOR UPDATE SKIP LOCKED; the owner re-checked
---   on the newest version); the key's jobs, ranked in (priority, id) order, get them by rank: the
---   job of rank r the r-th slot locked, if there is one. So no two jobs of the batch share a slot,
---   and no job shares one with another transaction's -- the same invariant as one job per claim.
+-- * a batch's jobs run one after another in its transaction (worker/executor.py, `_run_many`), never
+--   two at once, so a batch needs ONE slot of each key its jobs have, whatever number of its jobs
+--   have that key: each key with a limit gets one slot row numbered <= the limit, locked here (FOR
+--   UPDATE SKIP LOCKED; the owner re-checked on the newest version), shared by every job of the
+--   batch with that key. A batch of 32 jobs of one queue limited to 50 takes one of its 50 slots,
+--   not 32 (measured: per-job slots let two such batches fill the limit).
 -- * the caller runs only the jobs that got a slot of every key (and, with a rate, only a first such
---   job, alone, after `take_starts`); the others -- and the slots assigned to them -- stay locked,
---   untouched, until the batch's transaction ends (COMMIT releases them, as it does a batch's jobs
---   not started), which can only hold jobs back, never let one run over a limit.
--- * so a batch DOES hold limited slots for jobs it has not started: a job waiting its turn in the
---   batch (they run one after another), one the batch will not start (its time budget ran out, the
---   worker is stopping), and the slots one job got of its keys when another key had none. The
---   invariant is on slots, not on running jobs: per key, jobs running <= slots held by lease
---   transactions (or owned) <= N; a slot held for a job not (yet) started only lowers that key's
---   concurrency while the batch lasts -- fast jobs only (batch_budget; a job not measured fast, a
---   timed or claimed-lease one is claimed alone), and never past the batch's COMMIT or rollback.
+--   job, alone, after `take_starts`); the others -- and the slots they got of their other keys --
+--   stay locked, untouched, until the batch's transaction ends (COMMIT releases them, as it does a
+--   batch's jobs not started), which can only hold jobs back, never let one run over a limit.
+-- * the invariant is on slots: per key, jobs running <= slots held by lease transactions (or owned)
+--   <= N, as a lease transaction runs at most one job at a time. A batch holds its slots from its
+--   claim to its COMMIT or rollback, also while none of its jobs of that key is running (a job
+--   waiting its turn, one the batch will not start: its time budget ran out, the worker is
+--   stopping) -- fast jobs only (batch_budget; a job not measured fast, a timed or claimed-lease
+--   one is claimed alone).
 WITH lt AS MATERIALIZED (
 SELECT * FROM unnest(%(lt_tasks)s::text[], %(lt_concurrency)s::int[], %(lt_partition_by)s::text[],
                      %(lt_every)s::float8[]) AS lt(task, concurrency, partition_by, every)),
@@ -918,8 +918,7 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
  LIMIT %(limit)s
    FOR UPDATE OF j SKIP LOCKED),
 k AS MATERIALIZED (
-SELECT j.id, x.key, x.lim, x.every,
-       row_number() OVER (PARTITION BY x.key ORDER BY j.priority, j.id) AS rank
+SELECT j.id, x.key, x.lim, x.every
   FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue,
        LATERAL (VALUES
          (CASE WHEN j.partition IS NULL AND lt.partition_by IS NULL THEN jsonb_build_array('task', j.task)
@@ -928,21 +927,19 @@ SELECT j.id, x.key, x.lim, x.every,
          (jsonb_build_array('queue', j.queue)::text, ql.concurrency, ql.every)) AS x(key, lim, every)
  WHERE x.lim IS NOT NULL OR x.every IS NOT NULL),
 need AS MATERIALIZED (
-SELECT w.key, w.lim, w.jobs,
+SELECT w.key, w.lim,
        (SELECT count(*) FROM {schema}.flow_slots e WHERE e.key = w.key AND e.n <= w.lim) AS have
-  FROM (SELECT k.key, max(k.lim) AS lim, count(*) AS jobs FROM k WHERE k.lim IS NOT NULL GROUP BY k.key) w),
+  FROM (SELECT k.key, max(k.lim) AS lim FROM k WHERE k.lim IS NOT NULL GROUP BY k.key) w),
 got AS MATERIALIZED (
-SELECT need.key, f.n, row_number() OVER (PARTITION BY need.key ORDER BY f.n) AS rank
+SELECT need.key, need.have, f.n
   FROM need LEFT JOIN LATERAL (
        SELECT f.n FROM {schema}.flow_slots f
         WHERE f.key = need.key AND f.n <= need.lim AND f.owner IS NULL
-        ORDER BY f.n LIMIT need.jobs
+        ORDER BY f.n LIMIT 1
           FOR UPDATE SKIP LOCKED) f ON true),
 s AS MATERIALIZED (
-SELECT k.id, k.key, k.lim, k.every,
-       (SELECT g.n FROM got g WHERE g.key = k.key AND g.rank = k.rank) AS n,
-       (SELECT need.have FROM need WHERE need.key = k.key) AS have
-  FROM k)
+SELECT k.id, k.key, k.lim, k.every, g.n, g.have
+  FROM k LEFT JOIN got g ON g.key = k.key)
 SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at,
        ARRAY(SELECT key FROM s WHERE s.id = j.id ORDER BY key), ARRAY(SELECT lim FROM s WHERE s.id = j.id ORDER BY key),
        ARRAY(SELECT n FROM s WHERE s.id = j.id ORDER BY key), ARRAY(SELECT have FROM s WHERE s.id = j.id ORDER BY key),
@@ -1017,7 +1014,8 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
 -- `claim_flow`, which takes the biggest backlog's jobs in id order -- measured: 40 of a big
 -- partition's jobs out of turn in tests/flow/test_flow_fair.py; the steps cost at most the jobs held
 -- in flight, not the backlog). A partition with no available job gets none and is not waited for. Slots are
--- assigned as in `claim_flow` (distinct slot rows by rank per key), with the same invariants; the
+-- assigned as in `claim_flow` (one slot row per key, shared by the batch's jobs of that key), with
+-- the same invariants; the
 -- caller moves its cursor past the last partition returned and wraps round when none come after.
 WITH lt AS MATERIALIZED (
 SELECT * FROM unnest(%(lt_tasks)s::text[], %(lt_concurrency)s::int[], %(lt_partition_by)s::text[],
@@ -1060,8 +1058,7 @@ SELECT c.*
                  LIMIT 1
                    FOR UPDATE OF j SKIP LOCKED) c),
 k AS MATERIALIZED (
-SELECT j.id, x.key, x.lim, x.every,
-       row_number() OVER (PARTITION BY x.key ORDER BY j.priority, j.id) AS rank
+SELECT j.id, x.key, x.lim, x.every
   FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue,
        LATERAL (VALUES
          (CASE WHEN j.partition IS NULL AND lt.partition_by IS NULL THEN jsonb_build_array('task', j.task)
@@ -1070,21 +1067,19 @@ SELECT j.id, x.key, x.lim, x.every,
          (jsonb_build_array('queue', j.queue)::text, ql.concurrency, ql.every)) AS x(key, lim, every)
  WHERE x.lim IS NOT NULL OR x.every IS NOT NULL),
 need AS MATERIALIZED (
-SELECT w.key, w.lim, w.jobs,
+SELECT w.key, w.lim,
        (SELECT count(*) FROM {schema}.flow_slots e WHERE e.key = w.key AND e.n <= w.lim) AS have
-  FROM (SELECT k.key, max(k.lim) AS lim, count(*) AS jobs FROM k WHERE k.lim IS NOT NULL GROUP BY k.key) w),
+  FROM (SELECT k.key, max(k.lim) AS lim FROM k WHERE k.lim IS NOT NULL GROUP BY k.key) w),
 got AS MATERIALIZED (
-SELECT need.key, f.n, row_number() OVER (PARTITION BY need.key ORDER BY f.n) AS rank
+SELECT need.key, need.have, f.n
   FROM need LEFT JOIN LATERAL (
        SELECT f.n FROM {schema}.flow_slots f
         WHERE f.key = need.key AND f.n <= need.lim AND f.owner IS NULL
-        ORDER BY f.n LIMIT need.jobs
+        ORDER BY f.n LIMIT 1
           FOR UPDATE SKIP LOCKED) f ON true),
 s AS MATERIALIZED (
-SELECT k.id, k.key, k.lim, k.every,
-       (SELECT g.n FROM got g WHERE g.key = k.key AND g.rank = k.rank) AS n,
-       (SELECT need.have FROM need WHERE need.key = k.key) AS have
-  FROM k)
+SELECT k.id, k.key, k.lim, k.every, g.n, g.have
+  FROM k LEFT JOIN got g ON g.key = k.key)
 SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at,
        ARRAY(SELECT key FROM s WHERE s.id = j.id ORDER BY key), ARRAY(SELECT lim FROM s WHERE s.id = j.id ORDER BY key),
        ARRAY(SELECT n FROM s WHERE s.id = j.id ORDER BY key), ARRAY(SELECT have FROM s WHERE s.id = j.id ORDER BY key),
