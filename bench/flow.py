@@ -5,7 +5,8 @@ worker process with the drain's slots, until all are done -- the same measuremen
 (first claim to last completion, server clock).
 
 - ``limits``: a per-partition limit (``concurrency=2, partition_by="k"``) over 1,000 keys and a
-  global limit of 50 on their queue (neither binds at this concurrency: what enforcing them costs);
+  global limit of 50 on their queue (neither binds at this concurrency -- a batch holds one slot of
+  each key for all its jobs -- so this is what enforcing them costs);
 - ``rate``: a rate far above the drain (1,000,000/min): what taking a start costs;
 - ``fair``: a fair queue, jobs over 1,000 partitions: what the round-robin claim costs;
 - ``sequences``: jobs over 1,000 sequences (``sequence_by``): what the blocked state and the
