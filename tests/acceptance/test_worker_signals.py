@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import signal
+import time
 
 import pytest
 
@@ -88,11 +89,17 @@ def test_sigusr1_writes_every_threads_stack_and_the_worker_goes_on(dsn, effects,
     job_id = producer.enqueue("slow", {"seconds": 2})
     w = spawn.worker(dsn, concurrency=2)
     wait_for(lambda: list(in_flight(db, w)) == [job_id], 30, f"worker to start job {job_id}", on_timeout=w.output)
-    w.signal(signal.SIGUSR1)
-    # faulthandler's dump: one block per thread; the running handler's frame is in one of them.
+    # faulthandler's dump: one block per thread; the running handler's frame is in one of them. The
+    # job's lease is in flight before its handler starts: signal again until a dump catches it.
     in_slow = re.compile(r'tasks_app\.py", line \d+ in slow')
-    wait_for(lambda: w.stderr().count("Thread 0x") >= 2 and in_slow.search(w.stderr()), 30,
-             "the stacks in the worker's log", on_timeout=w.output)
+
+    def dumped_in_slow() -> bool:
+        w.signal(signal.SIGUSR1)
+        time.sleep(0.2)
+        return bool(in_slow.search(w.stderr()))
+
+    wait_for(dumped_in_slow, 30, "the stacks in the worker's log", on_timeout=w.output)
+    assert w.stderr().count("Thread 0x") >= 2
     assert w.alive(), "SIGUSR1 must not end the worker"
     wait_for(lambda: job_row(db, job_id)["state"] == "done", 30, "the job to finish after the dump",
              on_timeout=w.output)

@@ -258,11 +258,15 @@ class Leasing(MySQLConnections):
         return int(attempts), reason
 
     def heartbeat(self, leases: Sequence[tuple[int, uuid.UUID, float]]) -> set[int]:
-        """Extend these leases (one transaction); returns the ids still owned."""
+        """Extend these leases, each by an autocommit statement of its own; returns the ids still
+        owned. No row lock outlives its statement: in one transaction, a worker frozen (SIGSTOP, a
+        stalled VM) between an UPDATE and the COMMIT pinned that job's row, and every other worker's
+        rescuer (SKIP LOCKED) passed over the expired lease for as long as the frozen session lived
+        (seen: tests/faults/test_fault_mariadb_more.py, the claimed job never rescued)."""
         owned: set[int] = set()
         if not leases:
             return owned
-        with self._transaction() as c, c.cursor() as cur:
+        with self._conn() as c, c.cursor() as cur:
             for job_id, owner, seconds in leases:
                 cur.execute(self.q["heartbeat"], {"id": job_id, "owner": str(owner),
                                                   "lease_us": int(seconds * 1_000_000)})
