@@ -83,6 +83,9 @@ class FlowControl:
         self._weights: dict[str, dict[str, int]] = {}  # fair queue -> {partition: weight} (absent: 1)
         self._served: dict[str, tuple[str | None, int]] = {}  # fair queue -> (partition, claims in a row)
         self._cursor: dict[str, str | None] = {}  # fair queue -> the partition claimed from last
+        # slot -> its last fair batch: (queue, cursor before, cursor after, [(job id, partition)] in
+        # partition order), until the slot says which of its jobs ran (``batch_ran``)
+        self._fair_batches: dict[int | None, tuple[str, str | None, str, list[tuple[int, str | None]]]] = {}
         self._read_at = float("-inf")
         self._waker: int | None = None  # the slot woken when the next held-back start is due
         # slots whose last claim that took a job took one with a rate (alone): they claim one job
@@ -173,6 +176,7 @@ class FlowControl:
         (nothing available, or all held back). ``alone(task)``: a fair batch whose first job must run
         alone is let go here and one job claimed instead, from the same place in the round (the
         caller lets go the ordinary claim's batches: they move no cursor)."""
+        self._fair_batches.pop(slot, None)  # a record of a batch never run (let go in claiming.py)
         plans: list[tuple[list[str] | None, list[str]]] = []
         if self.limits:
             plans.append((self.queues, self.limited_tasks))
@@ -321,7 +325,9 @@ class FlowControl:
                     return []
                 after, wrapped = None, True
                 continue
-            last = max(p for _, _, p in got if p is not None)
+            # the walk's last partition: the rows come in walk order (the index's, i.e. the column's
+            # collation -- not Python's string order)
+            last = [p for _, _, p in got if p is not None][-1]
             taken, rated, missing, full = _pick(got)
             if missing:
                 # created once, on the bookkeeping session (never in a lease); then the batch again from
@@ -353,9 +359,31 @@ class FlowControl:
                 lease.rollback()  # its slots and starts too (a rate's job is taken alone: never here)
                 job = self._fair_round(lease, bookkeeping, queue, slot)
                 return [] if job is None else [job]
-            self._cursor[queue] = last
+            with self._lock:
+                self._cursor[queue] = last
+                partitions = {job.id: p for job, _, p in got}
+                self._fair_batches[slot] = (queue, after, last, [(job.id, partitions[job.id]) for job in taken])
             return taken
         return []
+
+    def batch_ran(self, slot: int | None, started: "set[int] | None") -> None:
+        """The slot's last claim ran: ``started`` are the ids of its jobs that ran (empty: none did,
+        the batch was let go; None: not known, nothing is moved). A fair batch runs its jobs in
+        partition order, so the jobs it did not start (its time budget ran out, the worker is
+        stopping, a job that must run alone cut it short) are those of its last partitions: the
+        cursor goes back to the last partition that ran, so theirs keep their turn -- unless another
+        claim of this process moved the cursor since (then theirs wait one round)."""
+        with self._lock:
+            batch = self._fair_batches.pop(slot, None)
+            if batch is None:
+                return
+            queue, before, after, jobs = batch
+            if started is None:
+                return
+            ran = [p for job_id, p in jobs if job_id in started]
+            if len(ran) == len(jobs) or self._cursor.get(queue) != after:
+                return
+            self._cursor[queue] = ran[-1] if ran else before
 
     def _advance(self, queue: str, after: str | None, partition: str | None) -> None:
         """After a fair claim from ``partition`` (found after ``after``): a partition of weight w

@@ -323,9 +323,11 @@ class Worker:
                                     if len(claimed) >= size.value:
                                         self.wake(every=False, slots=2)  # there may be more: let idle slots look
                                     self._busy.add(index)
+                                    started: set[int] | None = None  # which jobs ran, for a fair batch's cursor
                                     try:
                                         run = executor.run_batch(lease, claimed, slot_name, self.batch_budget,
                                                                  self._stopping)
+                                        started = None if run.jobs is None else {c.id for c in run.jobs}
                                         for outcome in run.outcomes:
                                             self.stats.count(outcome)
                                         size.after(len(claimed), run)
@@ -334,9 +336,11 @@ class Worker:
                                                 (time.perf_counter() - began - run.handler_seconds)
                                                 / len(run.outcomes), batched=not executor.alone(claimed[0].task))
                                     except RunAlone:  # its transaction let go: claim again, holding the gate alone
-                                        alone = True
+                                        alone, started = True, set()
                                     finally:
                                         self._busy.discard(index)
+                                        if self.flow is not None:
+                                            self.flow.batch_ran(index, started)
                                     if claimed[0].slots and not self._stopping.is_set():
                                         self.wake(every=False, slots=1)  # its slots are free: an idle slot may look
                             finally:

@@ -233,8 +233,8 @@ class Leasing(PostgresConnections):
                              tasks: Sequence[str], limits: Sequence[TaskLimits], held_tasks: Sequence[str] = (),
                              held: Sequence[str] = ()) -> list[tuple[ClaimedJob, list[FlowKey], str | None]]:
         """The fair claim for a batch: the first available job of each of the next ``limit``
-        partitions of ``queue`` after ``after`` (``claim_flow_fair_many`` in queries.sql), slots as in
-        ``claim_flow_many``."""
+        partitions of ``queue`` after ``after`` (``claim_flow_fair_many`` in queries.sql), in walk
+        order (the partitions' collation), slots as in ``claim_flow_many``."""
         return self._flow_rows(conn, "claim_flow_fair_many", limit, None, tasks, limits, (), held_tasks, held,
                                queue, after)
 
@@ -249,7 +249,11 @@ class Leasing(PostgresConnections):
             "lt_partition_by": [t.partition_by for t in limits], "lt_every": [t.every for t in limits],
             "held_queues": list(held_queues), "held_tasks": list(held_tasks), "held": list(held)}).fetchall()
         out = []
-        for row in sorted(rows, key=lambda r: (r[4], r[0])):  # claim order: (priority, id)
+        if name == "claim_flow_fair_many":  # walk order (its `step`: the partitions' collation)
+            rows = sorted(rows, key=lambda r: r[18])
+        else:  # claim order: (priority, id)
+            rows = sorted(rows, key=lambda r: (r[4], r[0]))
+        for row in rows:
             keys = [FlowKey(*k) for k in zip(row[10], row[11], row[12], row[13], row[14])]
             job = ClaimedJob(*row[:10])
             job.slots = tuple((k.key, k.slot) for k in keys if k.slot is not None)

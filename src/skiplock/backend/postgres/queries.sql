@@ -1017,6 +1017,8 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
 -- assigned as in `claim_flow` (one slot row per key, shared by the batch's jobs of that key), with
 -- the same invariants; the
 -- caller moves its cursor past the last partition returned and wraps round when none come after.
+-- Each row says its place in the walk (`step`): the partitions' order in the index, i.e. their
+-- collation's, which the caller's cursor must follow (a batch runs its jobs in that order too).
 WITH lt AS MATERIALIZED (
 SELECT * FROM unnest(%(lt_tasks)s::text[], %(lt_concurrency)s::int[], %(lt_partition_by)s::text[],
                      %(lt_every)s::float8[]) AS lt(task, concurrency, partition_by, every)),
@@ -1045,7 +1047,7 @@ SELECT w.step + 1, f.partition
                  ORDER BY j.partition, j.priority, j.id
                  LIMIT 1) f
  WHERE w.step < %(limit)s)
-SELECT c.*
+SELECT c.*, w.step
   FROM walk w,
        LATERAL (SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at,
                        j.created_at, now() AS claimed_at, j.partition
@@ -1083,8 +1085,8 @@ SELECT k.id, k.key, k.lim, k.every, g.n, g.have
 SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at,
        ARRAY(SELECT key FROM s WHERE s.id = j.id ORDER BY key), ARRAY(SELECT lim FROM s WHERE s.id = j.id ORDER BY key),
        ARRAY(SELECT n FROM s WHERE s.id = j.id ORDER BY key), ARRAY(SELECT have FROM s WHERE s.id = j.id ORDER BY key),
-       ARRAY(SELECT every FROM s WHERE s.id = j.id ORDER BY key), j.partition, j.priority, j.id
-  FROM j;  -- (the caller puts the rows in (priority, id) order: no sort over the claim here)
+       ARRAY(SELECT every FROM s WHERE s.id = j.id ORDER BY key), j.partition, j.priority, j.id, j.step
+  FROM j;  -- (the caller puts the rows in walk order, `step`: no sort over the claim here)
 
 -- name: release_stale_slots
 -- The rescuer's pass: slots still owned by an owner no running job has (its finishing write found the
