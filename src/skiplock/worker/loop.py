@@ -313,6 +313,8 @@ class Worker:
                         # The gate is held from the claim to the COMMIT, never waited for in a transaction.
                         with gate.exclusive() if alone else gate.shared():
                             alone = False
+                            if self._stopping.is_set():  # stopped while it waited for the gate: claim nothing
+                                continue
                             claimed, turn = self.claimer.claim(lease, size, executor, index)
                             if backoff.failures:  # the connection works: an outage (if any) is over
                                 recovery.connected(f"slot {slot_name}")
