@@ -30,6 +30,7 @@ from ...errors import DatabaseUnavailable
 from ..base import ClaimedJob
 from .connecting import CLIENT_TCP, session_options, with_connect_timeout
 from .errors import translate
+from .lease import local_timeouts
 
 if TYPE_CHECKING:
     from .connections import PostgresConnections
@@ -216,11 +217,11 @@ class AsyncLeasing:
         """A task's ``timeout`` for this transaction, counted from now (as ``Leasing.set_local_timeouts``)."""
         if not self.backend.capabilities.server_bounds_lease:
             return
-        value = f"{max(1, int(seconds * 1000))}ms"
-        await self._on(conn, "set_local_timeouts", {"value": value})
+        value, session = local_timeouts(seconds)
+        await self._on(conn, "set_local_timeouts", {"value": value, "session": session})
         if conn.info.server_version >= 170000:
             await self._on(conn, "stop_local_transaction_timeout")
-            await self._on(conn, "set_local_transaction_timeout", {"value": value})
+            await self._on(conn, "set_local_transaction_timeout", {"value": session})
 
     # ---- finishing writes ----------------------------------------------------------------------
 

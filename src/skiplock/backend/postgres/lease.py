@@ -155,3 +155,15 @@ class PostgresLease(PostgresSession):
                 self._backend.terminate([self.session_id])
         finally:
             self.conn.close()
+
+
+# A task's timeout on the server (``set_local_timeouts`` in queries.sql): what ends the session of a
+# handler stuck outside the database comes this much later than the worker's own timer, so the
+# worker records the timeout first and the server's bound stays the backstop for a stuck process.
+SESSION_TIMEOUT_MARGIN = 1.0
+
+
+def local_timeouts(seconds: float) -> tuple[str, str]:
+    """A task's ``timeout`` as the server's settings: (statement_timeout, the session-ending
+    idle_in_transaction_session_timeout / transaction_timeout, ``SESSION_TIMEOUT_MARGIN`` later)."""
+    return f"{max(1, int(seconds * 1000))}ms", f"{max(1, int((seconds + SESSION_TIMEOUT_MARGIN) * 1000))}ms"

@@ -17,7 +17,7 @@ from ..finishing import dispatch
 from .connecting import row_of
 from .connections import PostgresConnections
 from .errors import translate
-from .lease import PostgresLease, PostgresSession
+from .lease import PostgresLease, PostgresSession, local_timeouts
 
 def _on_session(verb: Any) -> Any:
     """A verb whose first argument may be a backend session (lease.py): it runs on that session's
@@ -132,11 +132,11 @@ class Leasing(PostgresConnections):
         PostgreSQL 17+, transaction timeouts). Without server bounds, nothing: the watchdog bounds it."""
         if not self.capabilities.server_bounds_lease:
             return
-        value = f"{max(1, int(seconds * 1000))}ms"
-        conn.execute(self.q["set_local_timeouts"], {"value": value})
+        value, session = local_timeouts(seconds)
+        conn.execute(self.q["set_local_timeouts"], {"value": value, "session": session})
         if conn.info.server_version >= 170000:
             conn.execute(self.q["stop_local_transaction_timeout"])  # so the next one re-arms the timer
-            conn.execute(self.q["set_local_transaction_timeout"], {"value": value})
+            conn.execute(self.q["set_local_transaction_timeout"], {"value": session})
 
     @_on_session
     def complete(self, conn: psycopg.Connection[Any] | None, job: ClaimedJob, attempt: int, result_json: str | None,

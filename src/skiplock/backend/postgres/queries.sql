@@ -752,11 +752,14 @@ UPDATE {schema}.periodic_ticks SET job_id = %(job_id)s WHERE schedule = %(schedu
 SELECT max(tick) FROM {schema}.periodic_ticks WHERE schedule = %(schedule)s;
 
 -- name: set_local_timeouts
--- A task's timeout, for this transaction only: a statement running too long is cancelled, and the
--- session of a handler idle (stuck outside the database) too long is ended, so the server returns
--- the job to the queue even if the worker process itself is stuck.
+-- A task's timeout, for this transaction only: a statement running past it is cancelled (the session
+-- lives on: the worker records the timeout), and the session of a handler idle (stuck outside the
+-- database) past it plus a margin (%(session)s) is ended, so the server returns the job to the queue
+-- even if the worker process itself is stuck. The margin lets the worker's own timer, started a
+-- moment later, record the timeout first; at the same deadline the server's won the race often (the
+-- attempt then looked unfinished, and ran again uncharged).
 SELECT set_config('statement_timeout', %(value)s, true),
-       set_config('idle_in_transaction_session_timeout', %(value)s, true);
+       set_config('idle_in_transaction_session_timeout', %(session)s, true);
 
 -- name: stop_local_transaction_timeout
 -- PostgreSQL 17+: a transaction_timeout changed inside a transaction re-arms its timer only if the
