@@ -253,7 +253,6 @@ class FlowControl:
             return None
         after = self._cursor.get(queue)
         wrapped = after is None
-        queue_key = json.dumps(["queue", queue])
         for _ in range(MAX_TRIES):
             lease.begin()
             try:
@@ -285,11 +284,8 @@ class FlowControl:
                         refused = list(waits)
             if refused:
                 lease.rollback()
-                if queue_key in refused:
+                if _queue_refused(queue, refused, held_tasks):
                     return None  # the whole queue is at its limit
-                for key in refused:
-                    if json.loads(key)[0] == "task" and len(json.loads(key)) == 2:
-                        held_tasks.append(json.loads(key)[1])
                 after = partition  # step over this partition
                 continue
             self._advance(queue, after, partition)
@@ -310,7 +306,6 @@ class FlowControl:
             return []
         after = self._cursor.get(queue)
         wrapped = after is None
-        queue_key = json.dumps(["queue", queue])
         for _ in range(MAX_TRIES):
             lease.begin()
             try:
@@ -348,11 +343,8 @@ class FlowControl:
                 self.rated_slots.discard(slot)
             if not taken:
                 lease.rollback()
-                if queue_key in refused:
+                if _queue_refused(queue, refused, held_tasks):
                     return []  # the whole queue is at its limit
-                for key in refused:
-                    if json.loads(key)[0] == "task" and len(json.loads(key)) == 2:
-                        held_tasks.append(json.loads(key)[1])
                 after = last  # step over these partitions
                 continue
             if len(taken) > 1 and alone is not None and alone(taken[0].task):
@@ -425,6 +417,19 @@ def _pick(got: list[tuple[ClaimedJob, list[FlowKey], str | None]]
             break
         taken.append(job)
     return taken, rated, missing, full
+
+
+def _queue_refused(queue: str, refused: list[str], held_tasks: list[str]) -> bool:
+    """A fair claim's keys found full or held back: True if the queue's own is one (the whole queue
+    waits); else an unpartitioned task's leaves this round's next tries (``held_tasks``, on the index
+    entry), and a partition's is stepped over by the caller moving past it."""
+    if json.dumps(["queue", queue]) in refused:
+        return True
+    for key in refused:
+        parts = json.loads(key)
+        if parts[0] == "task" and len(parts) == 2:
+            held_tasks.append(parts[1])
+    return False
 
 
 def _rule_out(key: str, held_queues: list[str], held_tasks: list[str], held_keys: list[str]) -> None:
