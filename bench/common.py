@@ -403,11 +403,15 @@ def python_env() -> dict[str, str]:
 
 
 def spawn_worker(dsn: str, concurrency: int, *, stop_when_empty: bool = True, poll_interval: float | None = None,
-                 options: dict[str, Any] | None = None, log_level: str = "INFO", wrapper: Sequence[str] = (),
+                 options: dict[str, Any] | None = None, log_level: str | None = None, wrapper: Sequence[str] = (),
                  env: dict[str, str] | None = None) -> Child:
     """A worker process serving ``bench.tasks:app``: through the public command line, or, when
     ``options`` (keyword arguments for ``app.worker``) are given, through ``bench.worker``; ``env``
-    adds variables to its environment (e.g. ``bench.tasks.RETENTION_ENV``)."""
+    adds variables to its environment (e.g. ``bench.tasks.RETENTION_ENV``). ``log_level``: the
+    worker's ``--log-level`` (default ``BENCH_WORKER_LOG_LEVEL``, else INFO: the CLI's default, a
+    line per finished job)."""
+    if log_level is None:
+        log_level = os.environ.get("BENCH_WORKER_LOG_LEVEL", "INFO")
     if options:
         cmd = [*wrapper, sys.executable, "-m", "bench.worker", "--dsn", dsn, "--concurrency", str(concurrency),
                "--log-level", log_level, *(f"--option={k}={json.dumps(v)}" for k, v in options.items())]

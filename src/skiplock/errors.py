@@ -91,9 +91,14 @@ _URI_USERINFO = re.compile(r"(?P<keep>\b[a-z][a-z0-9+.-]*://[^\s:@/\"']*:)[^\s\"
 _URI_PARAM = re.compile(r"(?P<keep>[?&](?:ssl)?password=)[^&#\s\"']*", re.I)
 # password=PASSWORD or password = 'PASS WORD' in key=value form (a quote may be left unterminated)
 _KV = re.compile(r"(?P<keep>(?<![?&\w])(?:ssl)?password\s*=\s*)(?:'(?:[^'\\]|\\.)*(?:'|$)|[^\s'\"]+)", re.I)
+# Every pattern above needs one of these (``://``, or ``password`` in any case): a text without either
+# has nothing to mask, found by one search instead of three substitutions (a log line per job).
+_MAYBE_SECRET = re.compile(r"://|password", re.I)
 
 
 def _mask(text: str) -> str:
+    if not _MAYBE_SECRET.search(text):
+        return text
     text = _URI_USERINFO.sub(lambda m: f"{m.group('keep')}{REDACTED}@", text)
     text = _URI_PARAM.sub(lambda m: f"{m.group('keep')}{REDACTED}", text)
     return _KV.sub(lambda m: f"{m.group('keep')}{REDACTED}", text)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ..job import Cancelled, Done, Failed, LeaseLost, Outcome, RetryLater, Snoozed
 from .hooks import Hooks, JobEvent
+from .logs import log_lines
 
 if TYPE_CHECKING:
     from ..backend.base import ClaimedJob
@@ -76,41 +77,56 @@ class JobReporter:
     def finished(self, jobs: "Sequence[ClaimedJob]", outcomes: Sequence[Outcome],
                  ran: "dict[int, tuple[int, float]]") -> None:
         """The durable outcomes of one claim, ``jobs[i]``'s being ``outcomes[i]``; ``ran``: job id ->
-        (attempt, handler seconds) of the jobs whose handler ran."""
+        (attempt, handler seconds) of the jobs whose handler ran. The INFO lines of a claim go out
+        together (``log_lines``: one write when the worker's handler is ``configure_logging``'s), in
+        order with its WARNING and ERROR lines."""
         hooks, metrics = self.hooks, self.metrics
         info = log.isEnabledFor(_INFO)
         quiet = not info and metrics is None and not hooks.active  # only failures have something to say
         counts: dict[tuple[str, str, str], int] = {}
+        lines: list[str] = []  # INFO lines not written yet
         for claimed, outcome in zip(jobs, outcomes):
-            if quiet and type(outcome) is Done:
+            done = type(outcome) is Done
+            if quiet and done:
                 continue
             attempt, seconds = ran.get(claimed.id, (claimed.attempts, None))
-            name = outcome_name(outcome)
+            name = "done" if done else outcome_name(outcome)
             if metrics is not None:
                 key = (claimed.task, claimed.queue, name)
                 counts[key] = counts.get(key, 0) + 1
                 if seconds is not None:
                     metrics.job_duration(claimed, seconds)
-            decided = outcome.attempted if isinstance(outcome, LeaseLost) else outcome
-            error = getattr(decided, "error", None)
-            if isinstance(decided, Cancelled):
-                error = decided.reason
             took = "" if seconds is None else f" in {seconds:.3f}s"
-            if isinstance(outcome, Failed):
-                log.error("job %s (%s) failed%s, attempt %s/%s: %s", claimed.id, claimed.task, took, attempt,
-                          claimed.max_attempts, first_line(error))
-            elif isinstance(outcome, RetryLater):
-                log.warning("job %s (%s) attempt %s/%s failed%s, retrying in %gs: %s", claimed.id, claimed.task,
-                            attempt, claimed.max_attempts, took, outcome.delay, first_line(error))
-            elif info:
-                if isinstance(outcome, Cancelled):
-                    log.info("job %s (%s) cancelled%s, attempt %s/%s: %s", claimed.id, claimed.task, took,
-                             attempt, claimed.max_attempts, first_line(error))
-                else:
-                    log.info("job %s (%s) %s%s, attempt %s/%s", claimed.id, claimed.task,
-                             name.replace("_", " "), took, attempt, claimed.max_attempts)
+            error = None
+            if done:
+                if info:
+                    lines.append(f"job {claimed.id} ({claimed.task}) done{took}, "
+                                 f"attempt {attempt}/{claimed.max_attempts}")
+            else:
+                decided = outcome.attempted if isinstance(outcome, LeaseLost) else outcome
+                error = getattr(decided, "error", None)
+                if isinstance(decided, Cancelled):
+                    error = decided.reason
+                if isinstance(outcome, (Failed, RetryLater)):
+                    log_lines(log, _INFO, lines, "finished")  # what came before it, first
+                    lines.clear()
+                    if isinstance(outcome, Failed):
+                        log.error("job %s (%s) failed%s, attempt %s/%s: %s", claimed.id, claimed.task, took,
+                                  attempt, claimed.max_attempts, first_line(error))
+                    else:
+                        log.warning("job %s (%s) attempt %s/%s failed%s, retrying in %gs: %s", claimed.id,
+                                    claimed.task, attempt, claimed.max_attempts, took, outcome.delay,
+                                    first_line(error))
+                elif info:
+                    if isinstance(outcome, Cancelled):
+                        lines.append(f"job {claimed.id} ({claimed.task}) cancelled{took}, attempt {attempt}/"
+                                     f"{claimed.max_attempts}: {first_line(error)}")
+                    else:
+                        lines.append(f"job {claimed.id} ({claimed.task}) {name.replace('_', ' ')}{took}, "
+                                     f"attempt {attempt}/{claimed.max_attempts}")
             if hooks.active:
                 self._emit(claimed, attempt, seconds, name, outcome, error)
+        log_lines(log, _INFO, lines, "finished")
         if counts:
             metrics.jobs_finished(counts)
 
