@@ -22,6 +22,8 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
+from ..errors import redact
+
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -30,8 +32,6 @@ default_format = "text"
 
 
 def _redact(text: str) -> str:
-    from ..errors import redact
-
     try:
         return redact(text)
     except Exception:  # noqa: BLE001 - logging never raises
