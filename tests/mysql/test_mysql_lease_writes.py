@@ -138,3 +138,32 @@ def test_a_job_keeps_its_last_20_errors(mariadb_dsn: str) -> None:
         lease.close(), book.close()
     finally:
         b.close()
+
+
+def test_mariadb_ends_a_pooled_transaction_left_idle_past_lease_timeout(mariadb_dsn: str) -> None:
+    """A pooled session's transaction (the rescuer's, say) of a process that froze mid-way: MariaDB's
+    idle_transaction_timeout (= lease_timeout, on every session of skiplock's) ends it, so the row
+    locks it held do not keep other workers' SKIP LOCKED claims and rescues away from those jobs."""
+    import time
+
+    from skiplock.backend.base import NewJob
+    from skiplock.backend.mysql import MySQLBackend
+    from skiplock.errors import DatabaseUnavailable
+
+    b = MySQLBackend(mariadb_dsn, lease_timeout=1.0)
+    b.migrate()
+    try:
+        (job_id,) = b.enqueue([NewJob("t", "{}", "default", 0, 3, None)])
+        other = b.connect_lease("w2")
+        with pytest.raises(DatabaseUnavailable):  # its COMMIT finds the session gone
+            with b._transaction() as c, c.cursor() as cur:
+                cur.execute(f"SELECT id FROM {b.tables['jobs']} WHERE id = %s FOR UPDATE", (job_id,))
+                other.begin()
+                assert b.claim(other, ["default"]) == []  # locked by the pooled transaction: skipped
+                other.rollback()
+                time.sleep(2.5)  # frozen, idle in its transaction, past lease_timeout
+        other.begin()
+        assert [j.id for j in b.claim(other, ["default"])] == [job_id]  # the server ended it: claimable
+        other.close()
+    finally:
+        b.close()

@@ -91,6 +91,11 @@ class MySQLConnections:
                 cur.execute(self.q["session_isolation"])
             if not self._checked:
                 self._start_up_checks(conn)
+            if self._idle_transaction_timeout:
+                # Every session of skiplock's, pooled ones too: no transaction of a frozen process (a
+                # rescuer's, an enqueue's) keeps its row locks past lease_timeout (docs/mysql.md).
+                with translated(self.dsn), conn.cursor() as cur:
+                    cur.execute("SET SESSION idle_transaction_timeout = %s", (max(1, int(self.lease_timeout)),))
         except BaseException:
             conn.close()
             raise
@@ -158,11 +163,7 @@ class MySQLConnections:
             conn.commit()
 
     def connect_lease(self, application_name: str = "skiplock-worker") -> MySQLLease:
-        conn = self._connect(autocommit=False)
-        if self._idle_transaction_timeout:
-            with translated(self.dsn), conn.cursor() as cur:
-                cur.execute("SET SESSION idle_transaction_timeout = %s", (max(1, int(self.lease_timeout)),))
-        return MySQLLease(conn, self)
+        return MySQLLease(self._connect(autocommit=False), self)
 
     def connect_bookkeeping(self) -> MySQLSession:
         return MySQLSession(self._connect(autocommit=True), self.dsn)
