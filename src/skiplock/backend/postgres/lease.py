@@ -89,8 +89,9 @@ class PostgresLease(PostgresSession):
             self.session_id = int(row[0])
 
     def begin(self) -> None:
-        """Directly, nothing to send: psycopg opens the transaction with its first statement (no round
-        trip). Behind a pooler, one statement opens it with the lease's bounds and reads its session."""
+        """Directly, nothing to send now: psycopg sends BEGIN just before the transaction's first
+        statement (a round trip of its own). Behind a pooler, one statement opens it with the lease's
+        bounds and reads its session."""
         if self._pooled:
             started = self._run(lambda: self._backend.begin_lease_transaction(self.conn))
             self.session_id, self._xact_start = started

@@ -45,7 +45,8 @@ class Leasing(PostgresConnections):
         """Lock up to ``limit`` available jobs in this connection's transaction (the lease): of
         ``queues`` (None: every queue), and of the task names ``tasks`` only (None: every task --
         what a worker with ``fail_unknown_tasks`` claims). With ``savepoint``, the first job's
-        SAVEPOINT is sent in the same round trip (pipeline mode, with the transaction's BEGIN)."""
+        SAVEPOINT is sent in the claim's round trip (pipeline mode). The transaction's BEGIN is a round trip
+        of its own either way: psycopg waits for it, in a pipeline too (it syncs after it)."""
         prefix = "claim" if tasks is None else "claim_tasks"
         if queues and len(queues) == 1:
             query, params = self.q[prefix], {"queue": queues[0], "limit": limit}
