@@ -19,7 +19,8 @@ TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO skiplock\.wo
 
 @pytest.fixture
 def private_logger(request):
-    """A logger of its own (no propagation to pytest's handlers), removed afterwards."""
+    """A logger of its own (no propagation to pytest's handlers), removed afterwards. pytest attaches
+    its capturing handlers to such a logger too: a test sets the logger's handlers it wants."""
     logger = logging.getLogger(f"skiplock.test_log_lines.{request.node.name}")
     logger.setLevel(logging.INFO)
     logger.propagate = False
@@ -28,8 +29,20 @@ def private_logger(request):
     logger.filters.clear()
 
 
-def line_handler(formatter: logging.Formatter) -> tuple[LineHandler, io.StringIO]:
-    stream = io.StringIO()
+class CountingStream(io.StringIO):
+    """A stream that counts its writes (each one a system call on stderr)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+def line_handler(formatter: logging.Formatter) -> tuple[LineHandler, CountingStream]:
+    stream = CountingStream()
     handler = LineHandler(stream)
     handler.setFormatter(formatter)
     return handler, stream
@@ -42,8 +55,9 @@ MESSAGES = ["job 1 (fast) done in 0.001s, attempt 1/5", "job 2 (fast) 100% done 
 @pytest.mark.parametrize("formatter", [RedactingFormatter(TEXT_FORMAT), JsonFormatter()], ids=["text", "json"])
 def test_the_lines_are_those_of_one_record_each(private_logger, formatter):
     handler, stream = line_handler(formatter)
-    private_logger.addHandler(handler)
+    private_logger.handlers[:] = [handler]
     log_lines(private_logger, logging.INFO, MESSAGES, "finished")
+    assert stream.writes == 1  # the one-write path is what is compared here
     together = stream.getvalue().splitlines()
     record = private_logger.makeRecord(private_logger.name, logging.INFO, __file__, 0, "", None, None, "finished")
     one_by_one = []
@@ -62,7 +76,7 @@ def test_the_lines_are_those_of_one_record_each(private_logger, formatter):
 
 def test_a_filter_anywhere_gets_every_record(private_logger):
     handler, stream = line_handler(RedactingFormatter(TEXT_FORMAT))
-    private_logger.addHandler(handler)
+    private_logger.handlers[:] = [handler]
     seen: list[str] = []
 
     def keep_odd(record: logging.LogRecord) -> bool:
@@ -83,15 +97,14 @@ def test_another_handler_beside_it_gets_every_record_too(private_logger):
         def emit(self, record: logging.LogRecord) -> None:
             other.append(record.getMessage())
 
-    private_logger.addHandler(handler)
-    private_logger.addHandler(Collect())
+    private_logger.handlers[:] = [handler, Collect()]
     log_lines(private_logger, logging.INFO, MESSAGES, "finished")
     assert other == MESSAGES and len(stream.getvalue().splitlines()) == len(MESSAGES)
 
 
 def test_nothing_below_the_level(private_logger):
     handler, stream = line_handler(RedactingFormatter(TEXT_FORMAT))
-    private_logger.addHandler(handler)
+    private_logger.handlers[:] = [handler]
     private_logger.setLevel(logging.WARNING)
     log_lines(private_logger, logging.INFO, MESSAGES, "finished")
     assert stream.getvalue() == ""
@@ -118,3 +131,16 @@ def test_a_worker_writes_one_line_per_job_of_its_batches(app):
     done = [TEXT_LINE.match(line) for line in stream.getvalue().splitlines() if " (fast) " in line]
     assert all(done), [line for line in stream.getvalue().splitlines() if not TEXT_LINE.match(line)][:5]
     assert sorted(int(m.group(1)) for m in done) == sorted(ids)
+    assert stream.writes < len(ids) / 2  # a write per claim, not per job (batches of up to 32)
+
+
+def test_one_write_for_a_claims_lines(private_logger):
+    """The point of it: a claim's lines reach the stream in one write (one system call on stderr),
+    not one write and one flush per job (docs/benchmarks.md, "Session 10")."""
+    handler, stream = line_handler(RedactingFormatter(TEXT_FORMAT))
+    private_logger.handlers[:] = [handler]
+    log_lines(private_logger, logging.INFO, MESSAGES, "finished")
+    assert stream.writes == 1 and len(stream.getvalue().splitlines()) == len(MESSAGES)
+    private_logger.handlers[:] = [handler, logging.NullHandler()]  # another handler: a record per line
+    log_lines(private_logger, logging.INFO, MESSAGES, "finished")
+    assert stream.writes == 1 + len(MESSAGES)
