@@ -8,7 +8,10 @@ from importlib import resources
 
 from psycopg import sql
 
-_NAME = re.compile(r"^-- name: (\w+)\s*$", re.M)
+# A block is a named statement (``-- name: x``) or a fragment (``-- fragment: x``): SQL text that
+# statements include where a line says ``-- include: x`` (its lines in place of that one).
+_BLOCK = re.compile(r"^-- (name|fragment): (\w+)\s*$", re.M)
+_INCLUDE = re.compile(r"^-- include: (\w+)\s*$", re.M)
 
 
 def schema_identifier(schema: str) -> str:
@@ -41,13 +44,37 @@ def _read(name: str) -> str:
     return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
 
 
+def _blocks(text: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(statements, fragments) of a .sql file, by name, as written (comments and includes kept)."""
+    parts = _BLOCK.split(text)
+    statements: dict[str, str] = {}
+    fragments: dict[str, str] = {}
+    for kind, name, body in zip(parts[1::3], parts[2::3], parts[3::3]):
+        found = statements if kind == "name" else fragments
+        if name in statements or name in fragments:
+            raise ValueError(f"SQL block {name!r} is defined twice")
+        found[name] = body
+    return statements, fragments
+
+
+def _include(body: str, fragments: dict[str, str], within: str) -> str:
+    def fragment(match: "re.Match[str]") -> str:
+        name = match.group(1)
+        if name not in fragments:
+            raise ValueError(f"SQL block {within!r} includes {name!r}, which no '-- fragment:' defines")
+        return fragments[name].strip("\n")
+
+    return _INCLUDE.sub(fragment, body)
+
+
 @lru_cache(maxsize=None)
 def load_queries(schema: str, file: str = "queries.sql") -> dict[str, str]:
-    """name -> SQL for every ``-- name:`` block in ``file`` (queries.sql by default), schema bound."""
-    text = _read(file)
-    parts = _NAME.split(text)
+    """name -> SQL for every ``-- name:`` block in ``file`` (queries.sql by default), its
+    ``-- include:`` lines replaced by the ``-- fragment:`` blocks they name, schema bound."""
+    statements, fragments = _blocks(_read(file))
     out: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2]):
+    for name, body in statements.items():
+        body = _include(body, fragments, name)
         # comments stay in the file for readers; the server gets the statement alone
         code = "\n".join(line for line in body.splitlines() if not line.lstrip().startswith("--"))
         out[name] = _bind_schema(code.strip(), schema)

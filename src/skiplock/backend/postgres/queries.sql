@@ -1,6 +1,7 @@
 -- Every statement skiplock runs against PostgreSQL, by name. `{schema}` is replaced with the
 -- quoted schema identifier (psycopg.sql.Identifier) once at load time; values are always
--- bound parameters. Literal braces are doubled.
+-- bound parameters. Literal braces are doubled. A `-- fragment: x` block is SQL text shared by
+-- statements: a line `-- include: x` in a statement is replaced by it (queries.py).
 
 -- name: schema_version
 SELECT max(version) FROM {schema}.schema_version;
@@ -873,53 +874,23 @@ SELECT id, (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_wa
 -- * no waiting: every lock here is SKIP LOCKED, except the rate rows (`take_starts`), locked only
 --   by short autocommit statements, in key order.
 
--- name: claim_flow
--- Lock up to %(limit)s available flow-controlled jobs (priority, id) of %(queues)s (NULL: every queue)
--- and %(tasks)s, skipping the keys the caller found full or held back this round (%(held_queues)s,
--- %(held_tasks)s: whole queues and unpartitioned tasks, filtered on the index entry; %(held)s: other
--- keys, checked per row), then free slots for them (SKIP LOCKED). Returns one row per job locked:
--- the job with, per key: the key, the slot assigned to it (NULL: none), the
--- slots that exist (fewer than the limit: the caller creates them with `ensure_slots`), the seconds
--- between starts (a rate).
--- A batch (%(limit)s > 1; the worker's batching policy decides, as for the plain claim):
--- * a batch's jobs run one after another in its transaction (worker/executor.py, `_run_many`), never
---   two at once, so a batch needs ONE slot of each key its jobs have, whatever number of its jobs
---   have that key: each key with a limit gets one slot row numbered <= the limit, locked here (FOR
---   UPDATE SKIP LOCKED; the owner re-checked on the newest version), shared by every job of the
---   batch with that key. A batch of 32 jobs of one queue limited to 50 takes one of its 50 slots,
---   not 32 (measured: per-job slots let two such batches fill the limit).
--- * the caller runs only the jobs that got a slot of every key (and, with a rate, only a first such
---   job, alone, after `take_starts`); the others -- and the slots they got of their other keys --
---   stay locked, untouched, until the batch's transaction ends (COMMIT releases them, as it does a
---   batch's jobs not started), which can only hold jobs back, never let one run over a limit.
--- * the invariant is on slots: per key, jobs running <= slots held by lease transactions (or owned)
---   <= N, as a lease transaction runs at most one job at a time. A batch holds its slots from its
---   claim to its COMMIT or rollback, also while none of its jobs of that key is running (a job
---   waiting its turn, one the batch will not start: its time budget ran out, the worker is
---   stopping) -- fast jobs only (batch_budget; a job not measured fast, a timed or claimed-lease
---   one is claimed alone).
+-- fragment: flow_limits
+-- The limits a flow claim applies, as its first CTEs: `lt`, the worker's task limits (%(lt_*)s:
+-- parallel arrays of task, concurrency, partition_by, seconds between starts), and `ql`, the queue
+-- limits. A statement including it continues with its next CTE (`j`, the jobs it locks).
 WITH lt AS MATERIALIZED (
 SELECT * FROM unnest(%(lt_tasks)s::text[], %(lt_concurrency)s::int[], %(lt_partition_by)s::text[],
                      %(lt_every)s::float8[]) AS lt(task, concurrency, partition_by, every)),
 ql AS MATERIALIZED (
 SELECT queue, concurrency, rate_period / rate_count AS every FROM {schema}.queue_limits),
-j AS MATERIALIZED (
-SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at,
-       now() AS claimed_at, j.partition
-  FROM {schema}.jobs j
- WHERE j.state = 'queued' AND j.run_at <= now() AND j.task = ANY(%(tasks)s::text[])
-   AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
-   AND j.queue <> ALL(%(held_queues)s::text[]) AND j.task <> ALL(%(held_tasks)s::text[])
-   AND (j.task = ANY(%(lt_tasks)s::text[]) OR j.queue = ANY(ARRAY(SELECT queue FROM ql)))
-   -- paused queues, as the plain claims test them (once per claim, not a join per row)
-   AND (NOT EXISTS (SELECT FROM {schema}.paused_queues)
-        OR j.queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues)))
-   AND (cardinality(%(held)s::text[]) = 0
-        OR jsonb_build_array('task', j.task, coalesce(j.partition,
-             j.args ->> (SELECT lt.partition_by FROM lt WHERE lt.task = j.task), ''))::text <> ALL(%(held)s::text[]))
- ORDER BY j.priority, j.id
- LIMIT %(limit)s
-   FOR UPDATE OF j SKIP LOCKED),
+
+-- fragment: flow_batch_slots
+-- The end of a batch's flow claim (`claim_flow`, `claim_flow_fair_many`), after its `j` (the jobs
+-- locked): each job's keys (`k`), ONE free slot row per key with a limit, shared by the batch's
+-- jobs of that key (`need`: how many slots exist; `got`: the slot locked, SKIP LOCKED, owner
+-- re-checked on the newest version), and the jobs with, per key in key order: the key, its limit, the
+-- slot taken (NULL: none), the slots that exist, the seconds between starts; then partition,
+-- priority, id. The including statement adds its own last columns and `FROM j`.
 k AS MATERIALIZED (
 SELECT j.id, x.key, x.lim, x.every
   FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue,
@@ -947,6 +918,51 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
        ARRAY(SELECT key FROM s WHERE s.id = j.id ORDER BY key), ARRAY(SELECT lim FROM s WHERE s.id = j.id ORDER BY key),
        ARRAY(SELECT n FROM s WHERE s.id = j.id ORDER BY key), ARRAY(SELECT have FROM s WHERE s.id = j.id ORDER BY key),
        ARRAY(SELECT every FROM s WHERE s.id = j.id ORDER BY key), j.partition, j.priority, j.id
+
+-- name: claim_flow
+-- Lock up to %(limit)s available flow-controlled jobs (priority, id) of %(queues)s (NULL: every queue)
+-- and %(tasks)s, skipping the keys the caller found full or held back this round (%(held_queues)s,
+-- %(held_tasks)s: whole queues and unpartitioned tasks, filtered on the index entry; %(held)s: other
+-- keys, checked per row), then free slots for them (SKIP LOCKED). Returns one row per job locked:
+-- the job with, per key: the key, the slot assigned to it (NULL: none), the
+-- slots that exist (fewer than the limit: the caller creates them with `ensure_slots`), the seconds
+-- between starts (a rate).
+-- A batch (%(limit)s > 1; the worker's batching policy decides, as for the plain claim):
+-- * a batch's jobs run one after another in its transaction (worker/executor.py, `_run_many`), never
+--   two at once, so a batch needs ONE slot of each key its jobs have, whatever number of its jobs
+--   have that key: each key with a limit gets one slot row numbered <= the limit, locked here (FOR
+--   UPDATE SKIP LOCKED; the owner re-checked on the newest version), shared by every job of the
+--   batch with that key. A batch of 32 jobs of one queue limited to 50 takes one of its 50 slots,
+--   not 32 (measured: per-job slots let two such batches fill the limit).
+-- * the caller runs only the jobs that got a slot of every key (and, with a rate, only a first such
+--   job, alone, after `take_starts`); the others -- and the slots they got of their other keys --
+--   stay locked, untouched, until the batch's transaction ends (COMMIT releases them, as it does a
+--   batch's jobs not started), which can only hold jobs back, never let one run over a limit.
+-- * the invariant is on slots: per key, jobs running <= slots held by lease transactions (or owned)
+--   <= N, as a lease transaction runs at most one job at a time. A batch holds its slots from its
+--   claim to its COMMIT or rollback, also while none of its jobs of that key is running (a job
+--   waiting its turn, one the batch will not start: its time budget ran out, the worker is
+--   stopping) -- fast jobs only (batch_budget; a job not measured fast, a timed or claimed-lease
+--   one is claimed alone).
+-- include: flow_limits
+j AS MATERIALIZED (
+SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at,
+       now() AS claimed_at, j.partition
+  FROM {schema}.jobs j
+ WHERE j.state = 'queued' AND j.run_at <= now() AND j.task = ANY(%(tasks)s::text[])
+   AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+   AND j.queue <> ALL(%(held_queues)s::text[]) AND j.task <> ALL(%(held_tasks)s::text[])
+   AND (j.task = ANY(%(lt_tasks)s::text[]) OR j.queue = ANY(ARRAY(SELECT queue FROM ql)))
+   -- paused queues, as the plain claims test them (once per claim, not a join per row)
+   AND (NOT EXISTS (SELECT FROM {schema}.paused_queues)
+        OR j.queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues)))
+   AND (cardinality(%(held)s::text[]) = 0
+        OR jsonb_build_array('task', j.task, coalesce(j.partition,
+             j.args ->> (SELECT lt.partition_by FROM lt WHERE lt.task = j.task), ''))::text <> ALL(%(held)s::text[]))
+ ORDER BY j.priority, j.id
+ LIMIT %(limit)s
+   FOR UPDATE OF j SKIP LOCKED),
+-- include: flow_batch_slots
   FROM j;  -- (the caller puts the rows in (priority, id) order: no sort over the claim here)
 
 -- name: claim_flow_fair
@@ -958,11 +974,7 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
 -- so a lone partition still gets every claim (work-conserving), and falls back to `claim_flow` for
 -- the queue's jobs with no partition. Priorities hold within a partition, not across them. The keys,
 -- slots and the result are `claim_flow`'s.
-WITH lt AS MATERIALIZED (
-SELECT * FROM unnest(%(lt_tasks)s::text[], %(lt_concurrency)s::int[], %(lt_partition_by)s::text[],
-                     %(lt_every)s::float8[]) AS lt(task, concurrency, partition_by, every)),
-ql AS MATERIALIZED (
-SELECT queue, concurrency, rate_period / rate_count AS every FROM {schema}.queue_limits),
+-- include: flow_limits
 j AS MATERIALIZED (
 SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at,
        now() AS claimed_at, j.partition
@@ -1022,11 +1034,7 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
 -- caller moves its cursor past the last partition returned and wraps round when none come after.
 -- Each row says its place in the walk (`step`): the partitions' order in the index, i.e. their
 -- collation's, which the caller's cursor must follow (a batch runs its jobs in that order too).
-WITH lt AS MATERIALIZED (
-SELECT * FROM unnest(%(lt_tasks)s::text[], %(lt_concurrency)s::int[], %(lt_partition_by)s::text[],
-                     %(lt_every)s::float8[]) AS lt(task, concurrency, partition_by, every)),
-ql AS MATERIALIZED (
-SELECT queue, concurrency, rate_period / rate_count AS every FROM {schema}.queue_limits),
+-- include: flow_limits
 j AS MATERIALIZED (
 WITH RECURSIVE walk(step, partition) AS (
 SELECT 1, f.partition
@@ -1062,33 +1070,8 @@ SELECT c.*, w.step
                  ORDER BY j.priority, j.id
                  LIMIT 1
                    FOR UPDATE OF j SKIP LOCKED) c),
-k AS MATERIALIZED (
-SELECT j.id, x.key, x.lim, x.every
-  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue,
-       LATERAL (VALUES
-         (CASE WHEN j.partition IS NULL AND lt.partition_by IS NULL THEN jsonb_build_array('task', j.task)
-               ELSE jsonb_build_array('task', j.task, coalesce(j.partition, j.args ->> lt.partition_by, '')) END::text,
-          lt.concurrency, lt.every),
-         (jsonb_build_array('queue', j.queue)::text, ql.concurrency, ql.every)) AS x(key, lim, every)
- WHERE x.lim IS NOT NULL OR x.every IS NOT NULL),
-need AS MATERIALIZED (
-SELECT w.key, w.lim,
-       (SELECT count(*) FROM {schema}.flow_slots e WHERE e.key = w.key AND e.n <= w.lim) AS have
-  FROM (SELECT k.key, max(k.lim) AS lim FROM k WHERE k.lim IS NOT NULL GROUP BY k.key) w),
-got AS MATERIALIZED (
-SELECT need.key, need.have, f.n
-  FROM need LEFT JOIN LATERAL (
-       SELECT f.n FROM {schema}.flow_slots f
-        WHERE f.key = need.key AND f.n <= need.lim AND f.owner IS NULL
-        ORDER BY f.n LIMIT 1
-          FOR UPDATE SKIP LOCKED) f ON true),
-s AS MATERIALIZED (
-SELECT k.id, k.key, k.lim, k.every, g.n, g.have
-  FROM k LEFT JOIN got g ON g.key = k.key)
-SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at,
-       ARRAY(SELECT key FROM s WHERE s.id = j.id ORDER BY key), ARRAY(SELECT lim FROM s WHERE s.id = j.id ORDER BY key),
-       ARRAY(SELECT n FROM s WHERE s.id = j.id ORDER BY key), ARRAY(SELECT have FROM s WHERE s.id = j.id ORDER BY key),
-       ARRAY(SELECT every FROM s WHERE s.id = j.id ORDER BY key), j.partition, j.priority, j.id, j.step
+-- include: flow_batch_slots
+     , j.step
   FROM j;  -- (the caller puts the rows in walk order, `step`: no sort over the claim here)
 
 -- name: release_stale_slots
