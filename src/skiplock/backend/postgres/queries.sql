@@ -884,13 +884,10 @@ SELECT * FROM unnest(%(lt_tasks)s::text[], %(lt_concurrency)s::int[], %(lt_parti
 ql AS MATERIALIZED (
 SELECT queue, concurrency, rate_period / rate_count AS every FROM {schema}.queue_limits),
 
--- fragment: flow_batch_slots
--- The end of a batch's flow claim (`claim_flow`, `claim_flow_fair_many`), after its `j` (the jobs
--- locked): each job's keys (`k`), ONE free slot row per key with a limit, shared by the batch's
--- jobs of that key (`need`: how many slots exist; `got`: the slot locked, SKIP LOCKED, owner
--- re-checked on the newest version), and the jobs with, per key in key order: the key, its limit, the
--- slot taken (NULL: none), the slots that exist, the seconds between starts; then partition,
--- priority, id. The including statement adds its own last columns and `FROM j`.
+-- fragment: flow_keys
+-- A flow claim's `k`, after its `j` (the jobs locked): each job's keys with a limit or a rate --
+-- ["task", task] or ["task", task, partition], and ["queue", queue] -- with the limit and the
+-- seconds between starts.
 k AS MATERIALIZED (
 SELECT j.id, x.key, x.lim, x.every
   FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue,
@@ -900,6 +897,14 @@ SELECT j.id, x.key, x.lim, x.every
           lt.concurrency, lt.every),
          (jsonb_build_array('queue', j.queue)::text, ql.concurrency, ql.every)) AS x(key, lim, every)
  WHERE x.lim IS NOT NULL OR x.every IS NOT NULL),
+
+-- fragment: flow_batch_slots
+-- The end of a batch's flow claim (`claim_flow`, `claim_flow_fair_many`), after its `j` and `k`
+-- (flow_keys): ONE free slot row per key with a limit, shared by the batch's jobs of that key
+-- (`need`: how many slots exist; `got`: the slot locked, SKIP LOCKED, owner re-checked on the newest
+-- version), and the jobs with, per key in key order: the key, its limit, the slot taken (NULL:
+-- none), the slots that exist, the seconds between starts; then partition, priority, id. The
+-- including statement adds its own last columns and `FROM j`.
 need AS MATERIALIZED (
 SELECT w.key, w.lim,
        (SELECT count(*) FROM {schema}.flow_slots e WHERE e.key = w.key AND e.n <= w.lim) AS have
@@ -962,6 +967,7 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
  ORDER BY j.priority, j.id
  LIMIT %(limit)s
    FOR UPDATE OF j SKIP LOCKED),
+-- include: flow_keys
 -- include: flow_batch_slots
   FROM j;  -- (the caller puts the rows in (priority, id) order: no sort over the claim here)
 
@@ -989,15 +995,7 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
  ORDER BY j.partition, j.priority, j.id
  LIMIT 1
    FOR UPDATE OF j SKIP LOCKED),
-k AS MATERIALIZED (
-SELECT x.key, x.lim, x.every
-  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue,
-       LATERAL (VALUES
-         (CASE WHEN j.partition IS NULL AND lt.partition_by IS NULL THEN jsonb_build_array('task', j.task)
-               ELSE jsonb_build_array('task', j.task, coalesce(j.partition, j.args ->> lt.partition_by, '')) END::text,
-          lt.concurrency, lt.every),
-         (jsonb_build_array('queue', j.queue)::text, ql.concurrency, ql.every)) AS x(key, lim, every)
- WHERE x.lim IS NOT NULL OR x.every IS NOT NULL),
+-- include: flow_keys
 s AS MATERIALIZED (
 SELECT k.key, k.lim, k.every,
        CASE WHEN k.lim IS NOT NULL THEN
@@ -1070,6 +1068,7 @@ SELECT c.*, w.step
                  ORDER BY j.priority, j.id
                  LIMIT 1
                    FOR UPDATE OF j SKIP LOCKED) c),
+-- include: flow_keys
 -- include: flow_batch_slots
      , j.step
   FROM j;  -- (the caller puts the rows in walk order, `step`: no sort over the claim here)
