@@ -140,13 +140,12 @@ def log_lines(logger: logging.Logger, level: int, messages: Sequence[str], func:
     finished job costs a fifth as much: docs/benchmarks.md)."""
     if not messages or not logger.isEnabledFor(level):
         return
-    record = logger.makeRecord(logger.name, level, __file__, 0, messages[0], (), None, func)
     handler = _sole_line_handler(logger, level)
     if handler is not None:
-        handler.emit_messages(record, messages)
+        handler.emit_messages(logger.makeRecord(logger.name, level, __file__, 0, messages[0], (), None, func),
+                              messages)
         return
-    logger.handle(record)
-    for message in messages[1:]:
+    for message in messages:
         logger.handle(logger.makeRecord(logger.name, level, __file__, 0, message, (), None, func))
 
 

@@ -98,32 +98,24 @@ class JobReporter:
                     metrics.job_duration(claimed, seconds)
             took = "" if seconds is None else f" in {seconds:.3f}s"
             error = None
-            if done:
-                if info:
-                    lines.append(f"job {claimed.id} ({claimed.task}) done{took}, "
-                                 f"attempt {attempt}/{claimed.max_attempts}")
-            else:
+            if not done:
                 decided = outcome.attempted if isinstance(outcome, LeaseLost) else outcome
                 error = getattr(decided, "error", None)
                 if isinstance(decided, Cancelled):
                     error = decided.reason
-                if isinstance(outcome, (Failed, RetryLater)):
-                    log_lines(log, _INFO, lines, "finished")  # what came before it, first
-                    lines.clear()
-                    if isinstance(outcome, Failed):
-                        log.error("job %s (%s) failed%s, attempt %s/%s: %s", claimed.id, claimed.task, took,
-                                  attempt, claimed.max_attempts, first_line(error))
-                    else:
-                        log.warning("job %s (%s) attempt %s/%s failed%s, retrying in %gs: %s", claimed.id,
-                                    claimed.task, attempt, claimed.max_attempts, took, outcome.delay,
-                                    first_line(error))
-                elif info:
-                    if isinstance(outcome, Cancelled):
-                        lines.append(f"job {claimed.id} ({claimed.task}) cancelled{took}, attempt {attempt}/"
-                                     f"{claimed.max_attempts}: {first_line(error)}")
-                    else:
-                        lines.append(f"job {claimed.id} ({claimed.task}) {name.replace('_', ' ')}{took}, "
-                                     f"attempt {attempt}/{claimed.max_attempts}")
+            if isinstance(outcome, (Failed, RetryLater)):
+                log_lines(log, _INFO, lines, "finished")  # what came before it, first
+                lines.clear()
+                if isinstance(outcome, Failed):
+                    log.error("job %s (%s) failed%s, attempt %s/%s: %s", claimed.id, claimed.task, took,
+                              attempt, claimed.max_attempts, first_line(error))
+                else:
+                    log.warning("job %s (%s) attempt %s/%s failed%s, retrying in %gs: %s", claimed.id,
+                                claimed.task, attempt, claimed.max_attempts, took, outcome.delay, first_line(error))
+            elif info:
+                why = f": {first_line(error)}" if isinstance(outcome, Cancelled) else ""
+                lines.append(f"job {claimed.id} ({claimed.task}) {name.replace('_', ' ')}{took}, "
+                             f"attempt {attempt}/{claimed.max_attempts}{why}")
             if hooks.active:
                 self._emit(claimed, attempt, seconds, name, outcome, error)
         log_lines(log, _INFO, lines, "finished")
