@@ -25,8 +25,8 @@ import os
 
 import psycopg
 
-from .common import Context, Figure, checkpoint, fresh_db
-from .drain import check_drained
+from .common import Context, DbCounters, Figure, checkpoint, fresh_db, per_job_us, settle
+from .drain import check_drained, startup_cpu
 from .tasks import FLOW_ENV, add_flow_tasks, make_app
 
 PARTITIONS = 1000
@@ -49,9 +49,14 @@ def transactions(dsn: str) -> dict[str, int]:
     return {"commits": int(row[0]), "rollbacks": int(row[1])}
 
 
+def _us(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.0f} µs"
+
+
 def run(ctx: Context) -> list[Figure]:
     n = ctx.sizes.drain_jobs  # as many as the drain: the same share of start-up in both
     concurrency = max(ctx.drain_concurrency)
+    startup = startup_cpu(ctx)
     figures: list[Figure] = []
     only = [c for c in os.environ.get("BENCH_FLOW_CASES", "").split(",") if c]  # e.g. "limits,fair"
     for case, (task, queue, queue_limits) in CASES.items():
@@ -73,17 +78,25 @@ def run(ctx: Context) -> list[Figure]:
             with psycopg.connect(dsn, autocommit=True) as c:
                 c.execute("ANALYZE skiplock.jobs")
             checkpoint(dsn)
+            cpu = ctx.cpu()
             before = transactions(dsn)
+            counters = DbCounters.read(dsn, cpu)
             finished = ctx.worker(dsn, concurrency, env={FLOW_ENV: "1"}).wait(timeout=max(120.0, n / 20))
             if finished.returncode != 0:
                 raise RuntimeError(f"flow {case} worker: exit {finished.returncode}\n{finished.stderr[-2000:]}")
+            settle(dsn)
+            server_cpu = counters.delta(DbCounters.read(dsn, cpu))["server_cpu_s"]
             checked = check_drained(dsn, n)
             after = transactions(dsn)
         per_job = {k: round((after[k] - before[k]) / n, 2) for k in before}
+        # CPU per job, as the drain reports it: where a case's time goes (the worker's Python or the server)
+        per_job["worker_cpu_us"] = per_job_us(max(0.0, finished.cpu_s - startup), n)
+        per_job["server_cpu_us"] = per_job_us(server_cpu, n)
         ctx.raw[f"flow_{case}"] = {"jobs": n, "concurrency": concurrency, "wall_s": finished.wall_s,
                                    "per_job": per_job, **checked}
         ctx.log(f"flow: {case}: {checked['throughput']:,.0f} jobs/s; per job: {per_job['commits']} commits, "
-                f"{per_job['rollbacks']} rollbacks (every session of the database, the worker's bookkeeping too)")
+                f"{per_job['rollbacks']} rollbacks (every session of the database, the worker's bookkeeping too), "
+                f"worker CPU {_us(per_job['worker_cpu_us'])}, server CPU {_us(per_job['server_cpu_us'])}")
         figures.append(Figure(f"flow ({case})", f"claim throughput, {n:,} no-op jobs, 1 process x {concurrency} slots",
                               checked["throughput"], "jobs/s", reference="unlimited drain",
                               baseline_key="drain.throughput", goal=">= 0.8" if case in ("limits", "fair") else None))

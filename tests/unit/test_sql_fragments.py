@@ -52,5 +52,6 @@ def test_the_shipped_statements_have_every_include_resolved_and_every_fragment_u
     assert set(loaded) == set(statements)  # a fragment is not a statement
     for name in ("claim_flow", "claim_flow_fair", "claim_flow_fair_many"):
         assert "include:" not in loaded[name] and "WITH lt AS MATERIALIZED" in loaded[name]
-    assert "j.partition, j.priority, j.id\n  FROM j;" in loaded["claim_flow"]
-    assert "j.id\n     , j.step" in loaded["claim_flow_fair_many"]
+    end = "j.partition\n  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue;"
+    assert end in loaded["claim_flow"] and end in loaded["claim_flow_fair"]
+    assert "j.partition\n     , j.step\n  FROM j LEFT JOIN lt" in loaded["claim_flow_fair_many"]

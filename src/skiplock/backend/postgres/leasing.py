@@ -243,22 +243,40 @@ class Leasing(PostgresConnections):
                    tasks: Sequence[str], limits: Sequence[TaskLimits], held_queues: Sequence[str],
                    held_tasks: Sequence[str], held: Sequence[str], fair_queue: str | None,
                    after: str | None) -> list[tuple[ClaimedJob, list[FlowKey], str | None]]:
+        """The flow claim ``name`` (its jobs locked, each with its keys), then one free slot of each
+        limited key of them all (``take_slots``, in the same transaction): two statements, each far
+        cheaper than the one that did both (docs/flow-control.md, "What it costs")."""
         rows = conn.execute(self.q[name], {
             "queue": fair_queue, "after": after, "limit": limit,
             "queues": None if queues is None else list(queues), "tasks": list(tasks),
             "lt_tasks": [t.task for t in limits], "lt_concurrency": [t.concurrency for t in limits],
             "lt_partition_by": [t.partition_by for t in limits], "lt_every": [t.every for t in limits],
             "held_queues": list(held_queues), "held_tasks": list(held_tasks), "held": list(held)}).fetchall()
-        out = []
         if name == "claim_flow_fair_many":  # walk order (its `step`: the partitions' collation)
-            rows = sorted(rows, key=lambda r: r[18])
+            rows = sorted(rows, key=lambda r: r[17])
         else:  # claim order: (priority, id)
             rows = sorted(rows, key=lambda r: (r[4], r[0]))
-        for row in rows:
-            keys = [FlowKey(*k) for k in zip(row[10], row[11], row[12], row[13], row[14])]
+        # per job, its limited keys in key order: ["queue", ...] sorts before ["task", ...]
+        keyed = [(row, [k for k in ((row[13], row[14], row[15]), (row[10], row[11], row[12]))
+                        if k[1] is not None or k[2] is not None]) for row in rows]
+        lims: dict[str, int] = {}
+        for _, keys in keyed:
+            for key, lim, _every in keys:
+                if lim is not None:
+                    lims[key] = max(lim, lims.get(key, lim))
+        slots: dict[str, tuple[int | None, int]] = {}
+        if lims:
+            ordered = sorted(lims)
+            for key, n, have in conn.execute(self.q["take_slots"],
+                                             {"keys": ordered, "lims": [lims[k] for k in ordered]}).fetchall():
+                slots[key] = (n, int(have))
+        out = []
+        for row, keys in keyed:
+            flow_keys = [FlowKey(key, lim, *(slots[key] if lim is not None else (None, None)), every)
+                         for key, lim, every in keys]
             job = ClaimedJob(*row[:10])
-            job.slots = tuple((k.key, k.slot) for k in keys if k.slot is not None)
-            out.append((job, keys, row[15]))
+            job.slots = tuple((k.key, k.slot) for k in flow_keys if k.slot is not None)
+            out.append((job, flow_keys, row[16]))
         return out
 
     def release_stale_slots(self) -> int:

@@ -884,60 +884,36 @@ SELECT * FROM unnest(%(lt_tasks)s::text[], %(lt_concurrency)s::int[], %(lt_parti
 ql AS MATERIALIZED (
 SELECT queue, concurrency, rate_period / rate_count AS every FROM {schema}.queue_limits),
 
--- fragment: flow_keys
--- A flow claim's `k`, after its `j` (the jobs locked): each job's keys with a limit or a rate --
--- ["task", task] or ["task", task, partition], and ["queue", queue] -- with the limit and the
--- seconds between starts.
-k AS MATERIALIZED (
-SELECT j.id, x.key, x.lim, x.every
-  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue,
-       LATERAL (VALUES
-         (CASE WHEN j.partition IS NULL AND lt.partition_by IS NULL THEN jsonb_build_array('task', j.task)
-               ELSE jsonb_build_array('task', j.task, coalesce(j.partition, j.args ->> lt.partition_by, '')) END::text,
-          lt.concurrency, lt.every),
-         (jsonb_build_array('queue', j.queue)::text, ql.concurrency, ql.every)) AS x(key, lim, every)
- WHERE x.lim IS NOT NULL OR x.every IS NOT NULL),
-
--- fragment: flow_batch_slots
--- The end of a batch's flow claim (`claim_flow`, `claim_flow_fair_many`), after its `j` and `k`
--- (flow_keys): ONE free slot row per key with a limit, shared by the batch's jobs of that key
--- (`need`: how many slots exist; `got`: the slot locked, SKIP LOCKED, owner re-checked on the newest
--- version), and the jobs with, per key in key order: the key, its limit, the slot taken (NULL:
--- none), the slots that exist, the seconds between starts; then partition, priority, id. The
--- including statement adds its own last columns and `FROM j`.
-need AS MATERIALIZED (
-SELECT w.key, w.lim,
-       (SELECT count(*) FROM {schema}.flow_slots e WHERE e.key = w.key AND e.n <= w.lim) AS have
-  FROM (SELECT k.key, max(k.lim) AS lim FROM k WHERE k.lim IS NOT NULL GROUP BY k.key) w),
-got AS MATERIALIZED (
-SELECT need.key, need.have, f.n
-  FROM need LEFT JOIN LATERAL (
-       SELECT f.n FROM {schema}.flow_slots f
-        WHERE f.key = need.key AND f.n <= need.lim AND f.owner IS NULL
-        ORDER BY f.n LIMIT 1
-          FOR UPDATE SKIP LOCKED) f ON true),
-s AS MATERIALIZED (
-SELECT k.id, k.key, k.lim, k.every, g.n, g.have
-  FROM k LEFT JOIN got g ON g.key = k.key)
+-- fragment: flow_job_keys
+-- A flow claim's result, after its `j` (the jobs locked), as its final select list: each job with
+-- its two keys -- ["task", task], or ["task", task, partition] when the job has an explicit partition
+-- or its task a `partition_by` (then the argument's text, '' if absent), and ["queue", queue] --
+-- each with its concurrency limit and its seconds between starts (both NULL: that key is not
+-- limited; the caller drops it), then the job's partition. Computed on the claim's few rows only
+-- (after LIMIT), never per job walked. The slots are the caller's next statement (`take_slots`),
+-- one per limited key of the whole claim. The including statement ends with
+-- `FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue` (after its own last
+-- columns, if any).
 SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at,
-       ARRAY(SELECT key FROM s WHERE s.id = j.id ORDER BY key), ARRAY(SELECT lim FROM s WHERE s.id = j.id ORDER BY key),
-       ARRAY(SELECT n FROM s WHERE s.id = j.id ORDER BY key), ARRAY(SELECT have FROM s WHERE s.id = j.id ORDER BY key),
-       ARRAY(SELECT every FROM s WHERE s.id = j.id ORDER BY key), j.partition, j.priority, j.id
+       CASE WHEN j.partition IS NULL AND lt.partition_by IS NULL THEN jsonb_build_array('task', j.task)
+            ELSE jsonb_build_array('task', j.task, coalesce(j.partition, j.args ->> lt.partition_by, '')) END::text,
+       lt.concurrency, lt.every,
+       jsonb_build_array('queue', j.queue)::text, ql.concurrency, ql.every,
+       j.partition
 
 -- name: claim_flow
 -- Lock up to %(limit)s available flow-controlled jobs (priority, id) of %(queues)s (NULL: every queue)
 -- and %(tasks)s, skipping the keys the caller found full or held back this round (%(held_queues)s,
 -- %(held_tasks)s: whole queues and unpartitioned tasks, filtered on the index entry; %(held)s: other
--- keys, checked per row), then free slots for them (SKIP LOCKED). Returns one row per job locked:
--- the job with, per key: the key, the slot assigned to it (NULL: none), the
--- slots that exist (fewer than the limit: the caller creates them with `ensure_slots`), the seconds
--- between starts (a rate).
+-- keys, checked per row). Returns one row per job locked: the job with its keys, their limits and
+-- rates (`flow_job_keys`). The caller then takes one free slot of each limited key of the claim in
+-- the same transaction (`take_slots`), before it runs any job.
 -- A batch (%(limit)s > 1; the worker's batching policy decides, as for the plain claim):
 -- * a batch's jobs run one after another in its transaction (worker/executor.py, `_run_many`), never
 --   two at once, so a batch needs ONE slot of each key its jobs have, whatever number of its jobs
---   have that key: each key with a limit gets one slot row numbered <= the limit, locked here (FOR
---   UPDATE SKIP LOCKED; the owner re-checked on the newest version), shared by every job of the
---   batch with that key. A batch of 32 jobs of one queue limited to 50 takes one of its 50 slots,
+--   have that key: each key with a limit gets one slot row numbered <= the limit, locked by
+--   `take_slots` (FOR UPDATE SKIP LOCKED; the owner re-checked on the newest version), shared by
+--   every job of the batch with that key. A batch of 32 jobs of one queue limited to 50 takes one of its 50 slots,
 --   not 32 (measured: per-job slots let two such batches fill the limit).
 -- * the caller runs only the jobs that got a slot of every key (and, with a rate, only a first such
 --   job, alone, after `take_starts`); the others -- and the slots they got of their other keys --
@@ -966,10 +942,10 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
              j.args ->> (SELECT lt.partition_by FROM lt WHERE lt.task = j.task), ''))::text <> ALL(%(held)s::text[]))
  ORDER BY j.priority, j.id
  LIMIT %(limit)s
-   FOR UPDATE OF j SKIP LOCKED),
--- include: flow_keys
--- include: flow_batch_slots
-  FROM j;  -- (the caller puts the rows in (priority, id) order: no sort over the claim here)
+   FOR UPDATE OF j SKIP LOCKED)
+-- include: flow_job_keys
+  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue;
+  -- (the caller puts the rows in (priority, id) order: no sort over the claim here)
 
 -- name: claim_flow_fair
 -- `claim_flow` for one fair queue (queue_limits.fair), round-robin across its partitions: the first
@@ -978,8 +954,8 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
 -- per claim, whatever the number of partitions or of their waiting jobs (a partition whose jobs are
 -- all locked is stepped over on the index). The caller wraps round (NULL) when nothing comes after,
 -- so a lone partition still gets every claim (work-conserving), and falls back to `claim_flow` for
--- the queue's jobs with no partition. Priorities hold within a partition, not across them. The keys,
--- slots and the result are `claim_flow`'s.
+-- the queue's jobs with no partition. Priorities hold within a partition, not across them. The result
+-- is `claim_flow`'s, and so are the slots (`take_slots`).
 -- include: flow_limits
 j AS MATERIALIZED (
 SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at,
@@ -994,23 +970,9 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
              j.args ->> (SELECT lt.partition_by FROM lt WHERE lt.task = j.task), ''))::text <> ALL(%(held)s::text[]))
  ORDER BY j.partition, j.priority, j.id
  LIMIT 1
-   FOR UPDATE OF j SKIP LOCKED),
--- include: flow_keys
-s AS MATERIALIZED (
-SELECT k.key, k.lim, k.every,
-       CASE WHEN k.lim IS NOT NULL THEN
-         (SELECT f.n FROM {schema}.flow_slots f
-           WHERE f.key = k.key AND f.n <= k.lim AND f.owner IS NULL
-           ORDER BY f.n LIMIT 1
-             FOR UPDATE SKIP LOCKED) END AS n,
-       CASE WHEN k.lim IS NOT NULL THEN
-         (SELECT count(*) FROM {schema}.flow_slots f WHERE f.key = k.key AND f.n <= k.lim) END AS have
-  FROM k)
-SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at,
-       ARRAY(SELECT key FROM s ORDER BY key), ARRAY(SELECT lim FROM s ORDER BY key),
-       ARRAY(SELECT n FROM s ORDER BY key), ARRAY(SELECT have FROM s ORDER BY key),
-       ARRAY(SELECT every FROM s ORDER BY key), j.partition
-  FROM j;
+   FOR UPDATE OF j SKIP LOCKED)
+-- include: flow_job_keys
+  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue;
 
 
 -- name: claim_flow_fair_many
@@ -1026,10 +988,10 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
 -- holds every partition's first job would come back empty, and the worker would fall back to
 -- `claim_flow`, which takes the biggest backlog's jobs in id order -- measured: 40 of a big
 -- partition's jobs out of turn in tests/flow/test_flow_fair.py; the steps cost at most the jobs held
--- in flight, not the backlog). A partition with no available job gets none and is not waited for. Slots are
--- assigned as in `claim_flow` (one slot row per key, shared by the batch's jobs of that key), with
--- the same invariants; the
--- caller moves its cursor past the last partition returned and wraps round when none come after.
+-- in flight, not the backlog). A partition with no available job gets none and is not waited for.
+-- Slots are taken as after `claim_flow` (`take_slots`: one slot row per key, shared by the batch's
+-- jobs of that key), with the same invariants; the caller moves its cursor past the last partition
+-- returned and wraps round when none come after.
 -- Each row says its place in the walk (`step`): the partitions' order in the index, i.e. their
 -- collation's, which the caller's cursor must follow (a batch runs its jobs in that order too).
 -- include: flow_limits
@@ -1067,11 +1029,30 @@ SELECT c.*, w.step
                    AND NOT EXISTS (SELECT FROM {schema}.paused_queues p WHERE p.queue = %(queue)s)
                  ORDER BY j.priority, j.id
                  LIMIT 1
-                   FOR UPDATE OF j SKIP LOCKED) c),
--- include: flow_keys
--- include: flow_batch_slots
+                   FOR UPDATE OF j SKIP LOCKED) c)
+-- include: flow_job_keys
      , j.step
-  FROM j;  -- (the caller puts the rows in walk order, `step`: no sort over the claim here)
+  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue;
+  -- (the caller puts the rows in walk order, `step`: no sort over the claim here)
+
+-- name: take_slots
+-- In the lease transaction, right after a flow claim: ONE free slot row of each limited key of the
+-- claim (%(keys)s, with its limit in %(lims)s; each key once, however many of the claim's jobs have
+-- it), locked FOR UPDATE SKIP LOCKED with `owner IS NULL` re-checked on the row's newest version
+-- (READ COMMITTED re-evaluation), so two transactions never both take one slot and the lock lasts
+-- exactly as long as the lease transaction. A batch shares its slot of a key among its jobs of that
+-- key: it runs them one after another, never two at once (see `claim_flow`). Returns per key: the
+-- slot taken (NULL: none free) and how many of its slots numbered <= the limit exist (fewer: the
+-- caller creates them with `ensure_slots` and tries again). Its own statement, not CTEs of the
+-- claim: one statement computing keys, slots and the per-job arrays planned and ran in about three
+-- times the time of the two (docs/flow-control.md, "What it costs").
+SELECT w.key, g.n, (SELECT count(*) FROM {schema}.flow_slots e WHERE e.key = w.key AND e.n <= w.lim)
+  FROM unnest(%(keys)s::text[], %(lims)s::int[]) AS w(key, lim)
+  LEFT JOIN LATERAL (
+       SELECT f.n FROM {schema}.flow_slots f
+        WHERE f.key = w.key AND f.n <= w.lim AND f.owner IS NULL
+        ORDER BY f.n LIMIT 1
+          FOR UPDATE SKIP LOCKED) g ON true;
 
 -- name: release_stale_slots
 -- The rescuer's pass: slots still owned by an owner no running job has (its finishing write found the
