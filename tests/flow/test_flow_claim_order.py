@@ -94,3 +94,50 @@ def test_plain_jobs_are_not_starved_by_a_flow_backlog(dsn: str, runs: psycopg.Co
     last_plain = max(i for i, part in enumerate(order) if part == "plain")
     assert last_plain < len(order) - 50, (last_plain, len(order))  # well before the backlog was done
     app.close()
+
+
+def test_an_empty_flow_claim_backs_off_while_plain_claims_find_work(dsn: str, runs: psycopg.Connection[Any]):
+    """The mirror rule: a worker whose app has flow-controlled work (a fair queue here, with no job
+    in it) drains a plain backlog; a flow claim that finds nothing is tried first again only after a
+    rest that doubles with each empty one (50 ms up to ``PLAIN_REST_SECONDS``) -- counted with the
+    flow claim's own spans. A fixed 50 ms rest made every other claim an empty flow claim."""
+    jobs, size = 1500, 4
+    app = make_app(dsn)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    app.enable_tracing(provider)
+    app.enqueue_many([("plain_job", {"part": "plain"}, {}) for _ in range(jobs)])
+    worker = app.worker(concurrency=1, poll_interval=0.5, handle_signals=False, adaptive_limit=False,
+                        batch_policy=WholeBatches(batch_size=size))
+    elapsed = run(app, worker, lambda: runs.execute("SELECT count(*) FROM flow_runs").fetchone()[0] == jobs)
+    flow = [s for s in exporter.get_finished_spans() if s.name == "skiplock flow claim"]
+    plain = [s for s in exporter.get_finished_spans() if s.name == "skiplock claim"]
+    assert all(s.attributes["skiplock.claimed"] == 0 for s in flow)
+    assert len(plain) >= jobs / size
+    # rests of 0.05, 0.1, 0.2, 0.4, 0.8 s, then PLAIN_REST_SECONDS each; plus the idle slot's at the end
+    assert len(flow) <= 8 + elapsed / PLAIN_REST_SECONDS, (len(flow), elapsed, len(plain))
+    assert len(flow) < len(plain) / 10, (len(flow), len(plain))
+    app.close()
+
+
+def test_a_flow_job_is_not_starved_by_a_plain_backlog(dsn: str, runs: psycopg.Connection[Any]):
+    """...and the rest delays a flow job enqueued under a plain backlog, it does not starve it."""
+    app = make_app(dsn, seconds=0.01)
+    backlog = 600
+    app.enqueue_many([("plain_job", {"part": "plain"}, {}) for _ in range(backlog)])
+    worker = app.worker(concurrency=2, poll_interval=0.05, handle_signals=False, adaptive_limit=False)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: runs.execute("SELECT count(*) FROM flow_runs").fetchone()[0] >= 50, timeout=60,
+                 what="the plain drain under way")
+        app.enqueue("fair_job", {"part": "fair"}, partition="p1")
+        wait_for(lambda: runs.execute("SELECT count(*) FROM flow_runs").fetchone()[0] == backlog + 1, timeout=60,
+                 what="every job")
+    finally:
+        worker.stop()
+        thread.join(30)
+    order = [part for (part,) in runs.execute("SELECT part FROM flow_runs ORDER BY started, job_id")]
+    assert order.index("fair") < len(order) - 150, (order.index("fair"), len(order))  # well before the end
+    app.close()

@@ -7,7 +7,8 @@ Spans (tracer ``skiplock``):
   W3C ``traceparent`` by default) is stored with the jobs (table ``job_traces``, migration 0011): in the
   caller's transaction with ``conn=...``, else just after the enqueue's own commit -- a worker that
   claims the job in between starts a new trace for it.
-- ``skiplock claim`` (INTERNAL) around each claim statement of a worker slot (jobs claimed: attribute).
+- ``skiplock claim`` (INTERNAL) around each claim statement of a worker slot (jobs claimed: attribute);
+  ``skiplock flow claim`` around each flow claim (flow control's; its tries and slots inside).
 - ``skiplock execute <task>`` (CONSUMER) around each handler call, a **child of the enqueue span**
   (the stored context is taken, in the claim's transaction, by the attempt that claims it), and the
   current span while the handler runs: spans of the handler's own calls (an instrumented HTTP client)
@@ -102,8 +103,8 @@ class Tracing:
     # ---- working ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def claim(self, slot: str) -> Iterator[Any]:
-        with self.tracer.start_as_current_span("skiplock claim", kind=SpanKind.INTERNAL,
+    def claim(self, slot: str, name: str = "skiplock claim") -> Iterator[Any]:
+        with self.tracer.start_as_current_span(name, kind=SpanKind.INTERNAL,
                                                attributes={"messaging.system": SYSTEM, "skiplock.slot": slot}) as span:
             yield span
 

@@ -12,8 +12,9 @@ Guarantees:
 - Flow-controlled jobs (worker/flow.py) are claimed only by the flow claim, in batches as above (one
   at a time with a rate or from a weighted fair queue). When they may be waiting, each slot
   alternates which claim it tries first and tries the other if it finds none; a flow claim that
-  found nothing is not tried first again for ``FLOW_REST_SECONDS`` while plain claims find work, and
-  a plain claim that found nothing not for ``PLAIN_REST_SECONDS`` while flow claims find work.
+  found nothing is not tried first again for ``FLOW_REST_SECONDS`` while plain claims find work --
+  doubling with each flow claim in a row that finds nothing, up to ``PLAIN_REST_SECONDS`` -- and a
+  plain claim that found nothing not for ``PLAIN_REST_SECONDS`` while flow claims find work.
 - A full claim wakes two idle slots to look too (a burst reaches n slots in about log2(n) round trips).
 """
 
@@ -34,7 +35,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("skiplock.worker")
 
 # After a flow claim found nothing, a slot whose plain claims find work tries it first again only
-# after this long (an empty plain claim tries it at once).
+# after this long (an empty plain claim tries it at once); twice as long after each further flow
+# claim in a row that found nothing, up to PLAIN_REST_SECONDS. A fixed 50 ms cost a plain drain of
+# a worker whose app has any flow-controlled task more than a third of its throughput (with 8
+# slots taking turns at batches, a slot claims every 20-30 ms, so every other claim was an empty
+# flow claim holding the batch turn; measured, docs/flow-control.md "What it costs").
 FLOW_REST_SECONDS = 0.05
 # After a plain claim found nothing, a slot whose flow claims find work tries it first again only after
 # this long (an empty flow claim tries it at once). Longer than FLOW_REST_SECONDS: a slot draining a
@@ -53,6 +58,7 @@ class Claimer:
         self._flow_first: dict[int, bool] = {}  # per slot: which claim goes first next (they alternate)
         self._flow_rest: dict[int, float] = {}  # per slot: no flow claim first before this (it found none)
         self._plain_rest: dict[int, float] = {}  # per slot: no plain claim first before this (it found none)
+        self._flow_empty: dict[int, int] = {}  # per slot: flow claims in a row that found nothing
 
     def claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
               index: int) -> tuple[list[Any], bool]:
@@ -73,7 +79,10 @@ class Claimer:
             # none: this slot's next claims are plain ones for a moment (while they find work, a flow
             # claim that finds nothing would double their round trips); an empty plain claim still
             # tries the flow claim at once (below)
-            self._flow_rest[index] = now + FLOW_REST_SECONDS
+            empty = self._flow_empty[index] = self._flow_empty.get(index, 0) + 1
+            rest = min(FLOW_REST_SECONDS * 2 ** min(empty - 1, 16), PLAIN_REST_SECONDS)
+            due = flow.next_due()  # a key held back by its rate: not later than it may start again
+            self._flow_rest[index] = now + (rest if due is None else min(rest, max(due, FLOW_REST_SECONDS)))
             return self._plain_claim(lease, size, executor, index)
         claimed, turn = self._plain_claim(lease, size, executor, index)
         if claimed:
@@ -95,7 +104,13 @@ class Claimer:
         if limit == 0:
             return [], False
         try:
-            claimed = flow.claim(lease, executor.bookkeeping, index, limit, executor.alone)
+            tracing = self.w.app.tracing
+            if tracing is None:
+                claimed = flow.claim(lease, executor.bookkeeping, index, limit, executor.alone)
+            else:  # the flow claim's span (observability/tracing.py)
+                with tracing.claim(f"{self.w.name}/{index}", "skiplock flow claim") as span:
+                    claimed = flow.claim(lease, executor.bookkeeping, index, limit, executor.alone)
+                    span.set_attribute("skiplock.claimed", len(claimed))
             if limit > 1 and len(claimed) == 1 and executor.alone(claimed[0].task):
                 size.alone()  # a fair batch let go in the flow claim (it keeps the round's place)
             elif len(claimed) > 1 and executor.alone(claimed[0].task):
@@ -108,6 +123,7 @@ class Claimer:
                 self.w.batching.give_turn(index)
             raise
         if claimed:
+            self._flow_empty[index] = 0
             self.w.wake(every=False, slots=2)
         if turn and len(claimed) <= 1:  # no batch to run: the turn is someone else's
             self.w.batching.give_turn(index)

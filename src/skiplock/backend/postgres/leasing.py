@@ -272,8 +272,10 @@ class Leasing(PostgresConnections):
                 slots[key] = (n, int(have))
         out = []
         for row, keys in keyed:
-            flow_keys = [FlowKey(key, lim, *(slots[key] if lim is not None else (None, None)), every)
-                         for key, lim, every in keys]
+            flow_keys = []
+            for key, lim, every in keys:
+                slot, have = slots[key] if lim is not None else (None, None)
+                flow_keys.append(FlowKey(key, lim, slot, have, every))
             job = ClaimedJob(*row[:10])
             job.slots = tuple((k.key, k.slot) for k in flow_keys if k.slot is not None)
             out.append((job, flow_keys, row[16]))
