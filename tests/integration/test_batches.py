@@ -4,6 +4,7 @@ killed it (see test_crash.py for the process-level version)."""
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 
@@ -172,20 +173,34 @@ def test_cancelling_a_job_in_a_batch_reruns_its_batch_mates_alone(app, db, effec
     assert app.get_job(blocker).state == "cancelled"
 
 
-def batches_seen_by_handlers(app, dsn, jobs: int, sleep: float, **worker) -> list[int]:
+def batches_seen_by_handlers(app, dsn, jobs: int, sleep: float, running: list[int] | None = None,
+                             **worker) -> list[int]:
     """Drain ``jobs`` jobs whose handler counts the batches in flight (their rows in job_batches,
     written before a batch's first handler and deleted by its COMMIT) from a connection of its own,
-    then sleeps ``sleep`` seconds. Returns the counts seen."""
+    then sleeps ``sleep`` seconds. Returns the counts seen; ``running`` gets, per handler of a job
+    in a batch (its id in a job_batches row), how many such handlers were running at once (itself
+    included) during a millisecond."""
     local = threading.local()
     conns: list[psycopg.Connection] = []
     seen: list[int] = []
+    lock = threading.Lock()
+    now_running = [0]
 
     @app.task(name="look")
     def look(job):
         if not hasattr(local, "conn"):
             local.conn = psycopg.connect(dsn, autocommit=True)
             conns.append(local.conn)
-        seen.append(local.conn.execute("SELECT count(*) FROM skiplock.job_batches").fetchone()[0])
+        in_flight, mine = local.conn.execute("SELECT count(*), count(*) FILTER (WHERE %s = ANY(ids)) "
+                                             "FROM skiplock.job_batches", [job.id]).fetchone()
+        seen.append(in_flight)
+        if running is not None and mine:
+            with lock:
+                now_running[0] += 1
+                running.append(now_running[0])
+            time.sleep(0.001)
+            with lock:
+                now_running[0] -= 1
         if sleep:
             time.sleep(sleep)
 
@@ -202,10 +217,14 @@ def batches_seen_by_handlers(app, dsn, jobs: int, sleep: float, **worker) -> lis
 @pytest.mark.parametrize("batch_slots", [1, 2])
 def test_no_more_batches_in_flight_than_batch_slots(app, dsn, batch_slots):
     """Every batch counts as one of near-instant jobs here (the handler's own query may take longer
-    than that on a busy machine), so every batch takes a turn."""
+    than that on a busy machine), so every batch takes a turn: at most ``batch_slots`` batches run
+    their jobs at once. A batch gives its turn back once its last job has run, before its COMMIT:
+    so besides those, at most ``batch_slots`` more are committing (their rows still in job_batches)."""
     policy = BatchPolicy(batch_size=16, batch_budget=60, batch_slots=batch_slots, instant_seconds=60.0)
-    seen = batches_seen_by_handlers(app, dsn, 1500, 0.0, concurrency=6, batch_policy=policy)
-    assert 1 <= max(seen) <= batch_slots
+    running: list[int] = []
+    seen = batches_seen_by_handlers(app, dsn, 1500, 0.0, running=running, concurrency=6, batch_policy=policy)
+    assert 1 <= max(running) <= batch_slots, collections.Counter(running)
+    assert 1 <= max(seen) <= 2 * batch_slots, collections.Counter(seen)
 
 
 def test_batches_of_jobs_that_wait_run_on_every_slot(app, dsn):

@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ..backend.base import ClaimedJob
 from ..job import Cancelled, Done, Failed, Outcome
@@ -90,16 +90,18 @@ class Executor:
         return self.batching.alone(self.app.tasks.get(name))
 
     def run_batch(self, lease: "Lease", batch: list[ClaimedJob], slot: str, budget: float,
-                  stopping: threading.Event) -> BatchRun:
+                  stopping: threading.Event, before_commit: Callable[[], None] | None = None) -> BatchRun:
         """Run the jobs one claim locked, in that claim's transaction, and COMMIT. Returns the
         outcomes that are durable. A job that must run alone (see ``alone``) runs alone: first, or
         not in this transaction (the jobs not started are released untouched by the COMMIT). The
         caller holds the process's run gate (gate.py); a suspect that cannot run alone at once
-        raises ``RunAlone`` with the lease's transaction let go."""
+        raises ``RunAlone`` with the lease's transaction let go. ``before_commit``: called once a
+        batch of several jobs has run its last handler, before its COMMIT is sent (the worker gives
+        its batch turn back there, so the next batch's claim overlaps this one's commit)."""
         handlers = self.handlers
         handlers.reset()
         try:
-            run = self._run_batch(lease, batch, slot, budget, stopping)
+            run = self._run_batch(lease, batch, slot, budget, stopping, before_commit)
         except CancelledWhileRunning as ended:  # recorded cancelled (durable); the slot reconnects
             handlers.reporter.finished([ended.claimed], [ended.outcome], handlers.ran)
             raise
@@ -109,7 +111,7 @@ class Executor:
         return run
 
     def _run_batch(self, lease: "Lease", batch: list[ClaimedJob], slot: str, budget: float,
-                   stopping: threading.Event) -> BatchRun:
+                   stopping: threading.Event, before_commit: Callable[[], None] | None) -> BatchRun:
         alone = self.alone(batch[0].task)
         if alone:
             task = self.app.tasks[batch[0].task]
@@ -127,7 +129,7 @@ class Executor:
             watchdog.watch(lease, self.app.lease_timeout)
         try:
             if len(batch) > 1:
-                return self._run_many(lease, batch, slot, budget, stopping)
+                return self._run_many(lease, batch, slot, budget, stopping, before_commit)
             outcome = self.run(lease, batch[0], slot, commit=True)
             if lease.alive():
                 lease.commit()  # the paths that wrote without running a handler (nothing to do if committed)
@@ -137,7 +139,7 @@ class Executor:
                 watchdog.release(lease)
 
     def _run_many(self, lease: "Lease", batch: list[ClaimedJob], slot: str, budget: float,
-                  stopping: threading.Event) -> BatchRun:
+                  stopping: threading.Event, before_commit: Callable[[], None] | None = None) -> BatchRun:
         """Several jobs in one transaction, one after another (never two at once: a flow-controlled
         batch holds one slot of each key for all its jobs, see ``claim_flow`` in queries.sql), then
         one COMMIT.
@@ -164,12 +166,13 @@ class Executor:
                     if not alone:  # never wait at the gate holding a transaction (gate.py): let it go
                         completer.finish_batch(lease, batch_id, [], started_at, slot)  # its row goes, nothing ran
                         raise RunAlone(batch[0].id)
-                    return self._run_jobs(lease, batch, slot, budget, stopping, batch_id, suspects, cancels)
-        return self._run_jobs(lease, batch, slot, budget, stopping, batch_id, suspects, cancels)
+                    return self._run_jobs(lease, batch, slot, budget, stopping, batch_id, suspects, cancels,
+                                          before_commit)
+        return self._run_jobs(lease, batch, slot, budget, stopping, batch_id, suspects, cancels, before_commit)
 
     def _run_jobs(self, lease: "Lease", batch: list[ClaimedJob], slot: str, budget: float,
                   stopping: threading.Event, batch_id: int, suspects: "set[int]",
-                  cancels: "dict[int, str]") -> BatchRun:
+                  cancels: "dict[int, str]", before_commit: Callable[[], None] | None = None) -> BatchRun:
         """The jobs of batch ``batch_id`` (``_run_many``), in order, then its COMMIT."""
         completer = self.completer
         started_at = batch[0].claimed_at
@@ -210,6 +213,8 @@ class Executor:
             reported.append(claimed)
         ran = len(outcomes) + len(done)
         seconds_per_job = (time.perf_counter() - began) / ran if ran else None
+        if before_commit is not None:
+            before_commit()
         outcomes.extend(completer.finish_batch(lease, batch_id, done, started_at, slot))  # and COMMIT
         reported.extend(claimed for claimed, _, _ in done)
         if log.isEnabledFor(logging.DEBUG):

@@ -316,6 +316,15 @@ class Worker:
                             if self._stopping.is_set():  # stopped while it waited for the gate: claim nothing
                                 continue
                             claimed, turn = self.claimer.claim(lease, size, executor, index)
+                            held = [turn]  # the batch turn, until given back (before the COMMIT, or below)
+
+                            def let_turn_go() -> None:
+                                # The batch has run: its COMMIT (a WAL flush) need not hold the turn, so
+                                # the next slot's claim overlaps it, stepping over this batch's rows
+                                # until it commits (docs/batches.md, "Turns").
+                                if held[0]:
+                                    held[0] = False
+                                    self.batching.give_turn(index)
                             if backoff.failures:  # the connection works: an outage (if any) is over
                                 recovery.connected(f"slot {slot_name}")
                             try:
@@ -328,7 +337,7 @@ class Worker:
                                     started: set[int] | None = None  # which jobs ran, for a fair batch's cursor
                                     try:
                                         run = executor.run_batch(lease, claimed, slot_name, self.batch_budget,
-                                                                 self._stopping)
+                                                                 self._stopping, let_turn_go if turn else None)
                                         started = None if run.jobs is None else {c.id for c in run.jobs}
                                         for outcome in run.outcomes:
                                             self.stats.count(outcome)
@@ -346,8 +355,7 @@ class Worker:
                                     if claimed[0].slots and not self._stopping.is_set():
                                         self.wake(every=False, slots=1)  # its slots are free: an idle slot may look
                             finally:
-                                if turn:
-                                    self.batching.give_turn(index)
+                                let_turn_go()
                         keep = bool(claimed)
                     finally:
                         # A slot that keeps finding work keeps its permit from one lease to the next, so
