@@ -28,7 +28,8 @@ import logging
 import random
 import threading
 import time
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from .backend.probes import answers as _answers  # one attempt, by the DSN's backend
 
@@ -238,13 +239,30 @@ DRIVER_NOISE = (
 )
 
 
+_reporting = threading.local()
+
+
+@contextmanager
+def reporting_losses() -> Iterator[None]:
+    """On this thread, for the block: skiplock reports a lost connection itself (a worker's start-up,
+    on the main thread), so the driver's lines about it are dropped as on skiplock's own threads."""
+    _reporting.depth = getattr(_reporting, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _reporting.depth -= 1
+
+
 class DriverNoise(logging.Filter):
     """Drops DRIVER_NOISE records (WARNING and below) logged on skiplock's own threads (slots,
-    listener, services, probe, the pool named ``skiplock``): connections skiplock owns and reports on.
-    The same messages about the application's own connections, on its threads, are kept."""
+    listener, services, probe, the pool named ``skiplock``), or inside :func:`reporting_losses`:
+    connections skiplock owns and reports on. The same messages about the application's own
+    connections, on its threads, are kept."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno > logging.WARNING or not (record.threadName or "").startswith("skiplock-"):
+        if record.levelno > logging.WARNING:
+            return True
+        if not (record.threadName or "").startswith("skiplock-") and not getattr(_reporting, "depth", 0):
             return True
         message = record.msg if isinstance(record.msg, str) else str(record.msg)
         return not message.startswith(DRIVER_NOISE)

@@ -17,16 +17,16 @@ import os
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..values import MAX_QUEUE_CHARS, check_text
-from ..errors import ConfigurationError, DatabaseError, DatabaseUnavailable
+from ..errors import ConfigurationError, ConnectionLost, DatabaseError, DatabaseUnavailable
 from ..lifecycle import Signals, escalate
 from ..maintenance.periodic import Scheduler
 from ..maintenance.pruner import Pruner
 from ..maintenance.rescuer import Rescuer
 from ..maintenance.service import Service
-from ..reconnect import Reconnects, quiet_driver_noise
+from ..reconnect import Reconnects, quiet_driver_noise, reporting_losses
 from .batching import DEFAULT_BATCH_SIZE, BatchPolicy, ClaimSize
 from .claiming import Claimer
 from .completer import CancelledWhileRunning
@@ -50,6 +50,8 @@ log = logging.getLogger("skiplock.worker")
 CONNECTION_HEADROOM = 2
 # How long a stopping worker waits for its hooks to be handed the events emitted so far.
 HOOKS_DRAIN_SECONDS = 5.0
+# A worker whose connection is lost while it starts up (a server restart) keeps trying this long.
+STARTUP_RECONNECT_SECONDS = 60.0
 
 
 class Worker:
@@ -172,16 +174,16 @@ class Worker:
 
     def run(self, stop_when_empty: bool = False) -> WorkerStats:
         """Run until stopped (or, with ``stop_when_empty``, until no job is available)."""
-        self.app._ready()  # clear error now if the database or schema is not usable
-        self._check_connection_budget()
+        quiet_driver_noise()
+        self.recovery = Reconnects(self.app.backend.dsn, log, cap=self.max_reconnect_delay)
+        self._starting("start-up", self.app._ready)  # clear error now if the database or schema is not usable
+        self._starting("start-up", self._check_connection_budget)
         self._stop_when_empty = stop_when_empty
         # Flow-controlled tasks (limits in code) are claimed by the flow claim only (worker/flow.py).
         self.flow = FlowControl(self.app, self.queues, self.fail_unknown_tasks)
         presence = Presence(self.app.backend, self.name, list(self.app.tasks), self.queues, concurrency=self.concurrency,
                             on_live=self.governor.share)
         self.services.append(presence)
-        quiet_driver_noise()
-        self.recovery = Reconnects(self.app.backend.dsn, log, cap=self.max_reconnect_delay)
         claimed_leases = [t.lease_seconds for t in self.app.tasks.values() if t.lease == "claimed"]
         heartbeat = Heartbeat(self.app.backend, min(claimed_leases) / 3) if claimed_leases else None
         capabilities = self.app.backend.capabilities
@@ -213,7 +215,7 @@ class Worker:
             self.listener = Listener(backend.connect_listener, backend.wake_payload, self.wake, self._stopping,
                                      self.max_reconnect_delay, recovery=self.recovery)
         try:
-            presence.step()  # advertised before the first claim; deleted when the services stop
+            self._starting("start-up", presence.step)  # advertised before the first claim; deleted when the services stop
             if self.listener is not None:
                 self.listener.start()
             for service in self.services:
@@ -245,6 +247,33 @@ class Worker:
                       self.concurrency, self.governor.changes)
             signals.restore()
         return self.stats
+
+    def _starting(self, what: str, step: Callable[[], Any]) -> Any:
+        """A start-up step that talks to the database. A connection lost under it -- the server was
+        there a moment ago: a restart while this worker starts -- is retried as the running worker
+        retries (the same backoff, one WARNING, the readiness probe) for up to
+        ``STARTUP_RECONNECT_SECONDS``; a database that cannot be reached at the first try still
+        fails at once (a wrong DSN, a server not started: a clear error, not a silent wait)."""
+        recovery = self.recovery
+        assert recovery is not None  # set first thing in run()
+        backoff = recovery.backoff()
+        lost_at: float | None = None
+        who = f"worker {self.name} ({what})"
+        while True:
+            try:
+                with reporting_losses():  # the driver's lines about it: this reports it
+                    result = step()
+            except DatabaseUnavailable as exc:
+                if lost_at is None and not isinstance(exc, ConnectionLost):
+                    raise
+                now = time.monotonic()
+                lost_at = now if lost_at is None else lost_at
+                if now - lost_at > STARTUP_RECONNECT_SECONDS or self._stopping.is_set():
+                    raise
+                recovery.lost(who, exc, backoff.next(), self._stopping)
+                continue
+            recovery.connected(who, backoff)
+            return result
 
     def _check_connection_budget(self) -> None:
         """Refuse to start (ConfigurationError naming the numbers) a worker that would take more
