@@ -53,19 +53,27 @@ def run(app: skiplock.App, worker: Any, condition: Any) -> float:
         thread.join(30)
 
 
-def test_an_empty_plain_claim_is_not_tried_first_before_every_other_flow_claim(dsn: str,
-                                                                                runs: psycopg.Connection[Any]):
-    jobs, size = 200, 4
-    app = make_app(dsn)
+def drain_traced(app: skiplock.App, runs: psycopg.Connection[Any], jobs: list[Any], size: int) -> tuple[float, Any]:
+    """Enqueue ``jobs``, run one slot taking whole batches of ``size`` until all ran, with tracing on:
+    (seconds it took, every finished span)."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     app.enable_tracing(provider)
-    app.enqueue_many([("fair_job", {"part": f"p{i % 20}"}, {"partition": f"p{i % 20}"}) for i in range(jobs)])
+    app.enqueue_many(jobs)
     worker = app.worker(concurrency=1, poll_interval=0.5, handle_signals=False, adaptive_limit=False,
                         batch_policy=WholeBatches(batch_size=size))
-    elapsed = run(app, worker, lambda: runs.execute("SELECT count(*) FROM flow_runs").fetchone()[0] == jobs)
-    plain = [s for s in exporter.get_finished_spans() if s.name == "skiplock claim"]
+    elapsed = run(app, worker, lambda: runs.execute("SELECT count(*) FROM flow_runs").fetchone()[0] == len(jobs))
+    return elapsed, exporter.get_finished_spans()
+
+
+def test_an_empty_plain_claim_is_not_tried_first_before_every_other_flow_claim(dsn: str,
+                                                                                runs: psycopg.Connection[Any]):
+    jobs, size = 200, 4
+    app = make_app(dsn)
+    elapsed, spans = drain_traced(app, runs, [("fair_job", {"part": f"p{i % 20}"}, {"partition": f"p{i % 20}"})
+                                              for i in range(jobs)], size)
+    plain = [s for s in spans if s.name == "skiplock claim"]
     assert all(s.attributes["skiplock.claimed"] == 0 for s in plain)
     # 50 flow claims: alternating, every other one came after an empty plain claim (25); now one
     # per PLAIN_REST_SECONDS at most, plus those of the idle slot at the start and end
@@ -74,23 +82,29 @@ def test_an_empty_plain_claim_is_not_tried_first_before_every_other_flow_claim(d
     app.close()
 
 
-def test_plain_jobs_are_not_starved_by_a_flow_backlog(dsn: str, runs: psycopg.Connection[Any]):
-    app = make_app(dsn, seconds=0.01)  # measured slow (over batch_budget / 10): one job per claim
-    backlog = 500
-    app.enqueue_many([("fair_job", {"part": f"p{i % 10}"}, {"partition": f"p{i % 10}"}) for i in range(backlog)])
+def late_arrivals(app: skiplock.App, runs: psycopg.Connection[Any], backlog: list[Any], late: list[Any]) -> list[str]:
+    """Two slots drain ``backlog``; once 50 of its jobs ran, ``late`` is enqueued. Returns every run's
+    part, in the order they started."""
+    app.enqueue_many(backlog)
     worker = app.worker(concurrency=2, poll_interval=0.05, handle_signals=False, adaptive_limit=False)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
         wait_for(lambda: runs.execute("SELECT count(*) FROM flow_runs").fetchone()[0] >= 50, timeout=60,
-                 what="the flow drain under way")
-        app.enqueue_many([("plain_job", {"part": "plain"}, {}) for _ in range(5)])
-        wait_for(lambda: runs.execute("SELECT count(*) FROM flow_runs").fetchone()[0] == backlog + 5, timeout=60,
-                 what="every job")
+                 what="the backlog's drain under way")
+        app.enqueue_many(late)
+        wait_for(lambda: runs.execute("SELECT count(*) FROM flow_runs").fetchone()[0] == len(backlog) + len(late),
+                 timeout=60, what="every job")
     finally:
         worker.stop()
         thread.join(30)
-    order = [part for (part,) in runs.execute("SELECT part FROM flow_runs ORDER BY started, job_id")]
+    return [part for (part,) in runs.execute("SELECT part FROM flow_runs ORDER BY started, job_id")]
+
+
+def test_plain_jobs_are_not_starved_by_a_flow_backlog(dsn: str, runs: psycopg.Connection[Any]):
+    app = make_app(dsn, seconds=0.01)  # measured slow (over batch_budget / 10): one job per claim
+    order = late_arrivals(app, runs, [("fair_job", {"part": f"p{i % 10}"}, {"partition": f"p{i % 10}"})
+                                      for i in range(500)], [("plain_job", {"part": "plain"}, {}) for _ in range(5)])
     last_plain = max(i for i, part in enumerate(order) if part == "plain")
     assert last_plain < len(order) - 50, (last_plain, len(order))  # well before the backlog was done
     app.close()
@@ -103,16 +117,9 @@ def test_an_empty_flow_claim_backs_off_while_plain_claims_find_work(dsn: str, ru
     flow claim's own spans. A fixed 50 ms rest made every other claim an empty flow claim."""
     jobs, size = 1500, 4
     app = make_app(dsn)
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    app.enable_tracing(provider)
-    app.enqueue_many([("plain_job", {"part": "plain"}, {}) for _ in range(jobs)])
-    worker = app.worker(concurrency=1, poll_interval=0.5, handle_signals=False, adaptive_limit=False,
-                        batch_policy=WholeBatches(batch_size=size))
-    elapsed = run(app, worker, lambda: runs.execute("SELECT count(*) FROM flow_runs").fetchone()[0] == jobs)
-    flow = [s for s in exporter.get_finished_spans() if s.name == "skiplock flow claim"]
-    plain = [s for s in exporter.get_finished_spans() if s.name == "skiplock claim"]
+    elapsed, spans = drain_traced(app, runs, [("plain_job", {"part": "plain"}, {}) for _ in range(jobs)], size)
+    flow = [s for s in spans if s.name == "skiplock flow claim"]
+    plain = [s for s in spans if s.name == "skiplock claim"]
     assert all(s.attributes["skiplock.claimed"] == 0 for s in flow)
     assert len(plain) >= jobs / size
     # rests of 0.05, 0.1, 0.2, 0.4, 0.8 s, then PLAIN_REST_SECONDS each; plus the idle slot's at the end
@@ -124,20 +131,7 @@ def test_an_empty_flow_claim_backs_off_while_plain_claims_find_work(dsn: str, ru
 def test_a_flow_job_is_not_starved_by_a_plain_backlog(dsn: str, runs: psycopg.Connection[Any]):
     """...and the rest delays a flow job enqueued under a plain backlog, it does not starve it."""
     app = make_app(dsn, seconds=0.01)
-    backlog = 600
-    app.enqueue_many([("plain_job", {"part": "plain"}, {}) for _ in range(backlog)])
-    worker = app.worker(concurrency=2, poll_interval=0.05, handle_signals=False, adaptive_limit=False)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: runs.execute("SELECT count(*) FROM flow_runs").fetchone()[0] >= 50, timeout=60,
-                 what="the plain drain under way")
-        app.enqueue("fair_job", {"part": "fair"}, partition="p1")
-        wait_for(lambda: runs.execute("SELECT count(*) FROM flow_runs").fetchone()[0] == backlog + 1, timeout=60,
-                 what="every job")
-    finally:
-        worker.stop()
-        thread.join(30)
-    order = [part for (part,) in runs.execute("SELECT part FROM flow_runs ORDER BY started, job_id")]
+    order = late_arrivals(app, runs, [("plain_job", {"part": "plain"}, {}) for _ in range(600)],
+                          [("fair_job", {"part": "fair"}, {"partition": "p1"})])
     assert order.index("fair") < len(order) - 150, (order.index("fair"), len(order))  # well before the end
     app.close()
