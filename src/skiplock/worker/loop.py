@@ -215,7 +215,8 @@ class Worker:
             self.listener = Listener(backend.connect_listener, backend.wake_payload, self.wake, self._stopping,
                                      self.max_reconnect_delay, recovery=self.recovery)
         try:
-            self._starting("start-up", presence.step)  # advertised before the first claim; deleted when the services stop
+            # advertised before the first claim; deleted when the services stop
+            self._starting("start-up", presence.step)
             if self.listener is not None:
                 self.listener.start()
             for service in self.services:
