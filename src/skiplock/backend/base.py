@@ -30,12 +30,18 @@ class Capabilities:
       (``Lease.end``);
     - ``flow_control``: concurrency and rate limits, partitions (docs/flow-control.md: ``claim_flow``,
       ``ensure_slots``, ``own_slots``, ``take_starts``, the queue-limit verbs); else a task or queue
-      with limits, or a job with a ``partition``, is refused with a clear error."""
+      with limits, or a job with a ``partition``, is refused with a clear error;
+    - ``claim_while_committing``: a batch may give its turn back before its COMMIT, so that another
+      slot of the process claims while it commits (docs/batches.md, "Turns"). PostgreSQL: yes. MySQL
+      and MariaDB: no -- there the next batch's ``start_batch`` found jobs of a batch still
+      committing listed as suspects (tests/mysql/test_mysql_worker.py, about half the runs), so a
+      batch keeps its turn until its COMMIT returns, as before."""
 
     batched_claims: bool = True
     listen_notify: bool = True
     server_bounds_lease: bool = True
     flow_control: bool = False
+    claim_while_committing: bool = False
 
 
 class Session(Protocol):

@@ -307,6 +307,7 @@ class Worker:
     def _slot(self, index: int, executor: Executor) -> None:
         slot_name = f"{self.name}/{index}"
         backend: "Backend" = self.app.backend
+        early_turns = backend.capabilities.claim_while_committing  # a batch's turn goes back before its COMMIT
         lease: "Lease | None" = None
         recovery = self.recovery
         assert recovery is not None
@@ -366,8 +367,9 @@ class Worker:
                                     self._busy.add(index)
                                     started: set[int] | None = None  # which jobs ran, for a fair batch's cursor
                                     try:
+                                        early = turn and early_turns  # see Capabilities.claim_while_committing
                                         run = executor.run_batch(lease, claimed, slot_name, self.batch_budget,
-                                                                 self._stopping, let_turn_go if turn else None)
+                                                                 self._stopping, let_turn_go if early else None)
                                         started = None if run.jobs is None else {c.id for c in run.jobs}
                                         for outcome in run.outcomes:
                                             self.stats.count(outcome)
