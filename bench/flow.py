@@ -38,17 +38,6 @@ CASES = {
 }
 
 
-def transactions(dsn: str) -> dict[str, int]:
-    """The database's commits and rollbacks so far (pg_stat_database; a worker's sessions report
-    theirs when they end), to count them per job."""
-    with psycopg.connect(dsn, autocommit=True) as c:
-        c.execute("SELECT pg_stat_force_next_flush()")
-        row = c.execute("SELECT xact_commit, xact_rollback FROM pg_stat_database "
-                        "WHERE datname = current_database()").fetchone()
-    assert row is not None
-    return {"commits": int(row[0]), "rollbacks": int(row[1])}
-
-
 def _us(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.0f} µs"
 
@@ -79,19 +68,18 @@ def run(ctx: Context) -> list[Figure]:
                 c.execute("ANALYZE skiplock.jobs")
             checkpoint(dsn)
             cpu = ctx.cpu()
-            before = transactions(dsn)
-            counters = DbCounters.read(dsn, cpu)
+            before = DbCounters.read(dsn, cpu)
             finished = ctx.worker(dsn, concurrency, env={FLOW_ENV: "1"}).wait(timeout=max(120.0, n / 20))
             if finished.returncode != 0:
                 raise RuntimeError(f"flow {case} worker: exit {finished.returncode}\n{finished.stderr[-2000:]}")
-            settle(dsn)
-            server_cpu = counters.delta(DbCounters.read(dsn, cpu))["server_cpu_s"]
+            settle(dsn)  # the worker's sessions have ended: their statistics and CPU are in
+            counters = before.delta(DbCounters.read(dsn, cpu))
             checked = check_drained(dsn, n)
-            after = transactions(dsn)
-        per_job = {k: round((after[k] - before[k]) / n, 2) for k in before}
+        per_job: dict[str, float | None] = {"commits": round(counters["xact_commit"] / n, 2),
+                                            "rollbacks": round(counters["xact_rollback"] / n, 2)}
         # CPU per job, as the drain reports it: where a case's time goes (the worker's Python or the server)
         per_job["worker_cpu_us"] = per_job_us(max(0.0, finished.cpu_s - startup), n)
-        per_job["server_cpu_us"] = per_job_us(server_cpu, n)
+        per_job["server_cpu_us"] = per_job_us(counters["server_cpu_s"], n)
         ctx.raw[f"flow_{case}"] = {"jobs": n, "concurrency": concurrency, "wall_s": finished.wall_s,
                                    "per_job": per_job, **checked}
         ctx.log(f"flow: {case}: {checked['throughput']:,.0f} jobs/s; per job: {per_job['commits']} commits, "

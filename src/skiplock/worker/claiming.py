@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .batching import ClaimSize
 from .executor import Executor
@@ -104,13 +104,8 @@ class Claimer:
         if limit == 0:
             return [], False
         try:
-            tracing = self.w.app.tracing
-            if tracing is None:
-                claimed = flow.claim(lease, executor.bookkeeping, index, limit, executor.alone)
-            else:  # the flow claim's span (observability/tracing.py)
-                with tracing.claim(f"{self.w.name}/{index}", "skiplock flow claim") as span:
-                    claimed = flow.claim(lease, executor.bookkeeping, index, limit, executor.alone)
-                    span.set_attribute("skiplock.claimed", len(claimed))
+            claimed = self._traced(index, "skiplock flow claim",
+                                   lambda: flow.claim(lease, executor.bookkeeping, index, limit, executor.alone))
             if limit > 1 and len(claimed) == 1 and executor.alone(claimed[0].task):
                 size.alone()  # a fair batch let go in the flow claim (it keeps the round's place)
             elif len(claimed) > 1 and executor.alone(claimed[0].task):
@@ -129,6 +124,17 @@ class Claimer:
             self.w.batching.give_turn(index)
             turn = False
         return claimed, turn
+
+    def _traced(self, index: int, span_name: str, claim: Callable[[], list[Any]]) -> list[Any]:
+        """``claim()``, inside its span when tracing is on (observability/tracing.py): the jobs
+        claimed are its attribute."""
+        tracing = self.w.app.tracing
+        if tracing is None:
+            return claim()
+        with tracing.claim(f"{self.w.name}/{index}", span_name) as span:
+            claimed = claim()
+            span.set_attribute("skiplock.claimed", len(claimed))
+            return claimed
 
     def _take_turn(self, size: ClaimSize, index: int) -> tuple[int, bool]:
         """How many jobs this claim may take, and whether it holds a batch turn (see ``batch_slots``);
@@ -153,13 +159,8 @@ class Claimer:
             return [], False
         try:
             lease.begin()
-            tracing = self.w.app.tracing
-            if tracing is None:
-                claimed = self.w.app.backend.claim(lease, self.w.queues, limit, tasks=self.w._claim_tasks)
-            else:  # the claim span (observability/tracing.py)
-                with tracing.claim(f"{self.w.name}/{index}") as span:
-                    claimed = self.w.app.backend.claim(lease, self.w.queues, limit, tasks=self.w._claim_tasks)
-                    span.set_attribute("skiplock.claimed", len(claimed))
+            claimed = self._traced(index, "skiplock claim", lambda: self.w.app.backend.claim(
+                lease, self.w.queues, limit, tasks=self.w._claim_tasks))
             if len(claimed) > 1 and executor.alone(claimed[0].task):
                 # A job that runs alone came first: let the others go at once, take one.
                 size.alone()

@@ -176,8 +176,8 @@ class Worker:
         """Run until stopped (or, with ``stop_when_empty``, until no job is available)."""
         quiet_driver_noise()
         self.recovery = Reconnects(self.app.backend.dsn, log, cap=self.max_reconnect_delay)
-        self._starting("start-up", self.app._ready)  # clear error now if the database or schema is not usable
-        self._starting("start-up", self._check_connection_budget)
+        self._starting(self.app._ready)  # clear error now if the database or schema is not usable
+        self._starting(self._check_connection_budget)
         self._stop_when_empty = stop_when_empty
         # Flow-controlled tasks (limits in code) are claimed by the flow claim only (worker/flow.py).
         self.flow = FlowControl(self.app, self.queues, self.fail_unknown_tasks)
@@ -216,7 +216,7 @@ class Worker:
                                      self.max_reconnect_delay, recovery=self.recovery)
         try:
             # advertised before the first claim; deleted when the services stop
-            self._starting("start-up", presence.step)
+            self._starting(presence.step)
             if self.listener is not None:
                 self.listener.start()
             for service in self.services:
@@ -249,7 +249,7 @@ class Worker:
             signals.restore()
         return self.stats
 
-    def _starting(self, what: str, step: Callable[[], Any]) -> Any:
+    def _starting(self, step: Callable[[], Any]) -> Any:
         """A start-up step that talks to the database. A connection lost under it -- the server was
         there a moment ago: a restart while this worker starts -- is retried as the running worker
         retries (the same backoff, one WARNING, the readiness probe) for up to
@@ -259,7 +259,7 @@ class Worker:
         assert recovery is not None  # set first thing in run()
         backoff = recovery.backoff()
         lost_at: float | None = None
-        who = f"worker {self.name} ({what})"
+        who = f"worker {self.name} (start-up)"
         while True:
             try:
                 with reporting_losses():  # the driver's lines about it: this reports it
