@@ -7,6 +7,7 @@ import psycopg
 import pytest
 
 from skiplock.backend.base import ClaimedJob
+from skiplock.backend.postgres.queries import with_limit
 
 
 def _claim(app, conn) -> ClaimedJob | None:
@@ -55,8 +56,11 @@ def test_claim_order_is_priority_then_id_and_skips_future_run_at(app, dsn):
     ("claim_any_queue", "(1)", "jobs_claim_any_idx"),
 ])
 @pytest.mark.parametrize("paused", [False, True])
-def test_claim_is_an_index_scan_that_never_reads_finished_rows(app, db, query, arg, index, paused):
-    """A large history of finished jobs and a backlog: the claim walks the partial index in order."""
+@pytest.mark.parametrize("limit", ["parameter", 1, 32])
+def test_claim_is_an_index_scan_that_never_reads_finished_rows(app, db, query, arg, index, paused, limit):
+    """A large history of finished jobs and a backlog: the claim walks the partial index in order --
+    with the limit a parameter, and as the worker sends it (a literal: ``with_limit``), in the plan a
+    prepared claim keeps (generic)."""
     db.execute("INSERT INTO skiplock.jobs (queue, task, state, finished_at, priority) "
                "SELECT 'default', 't', 'done', now(), g % 10 FROM generate_series(1, 20000) g")
     # a big backlog, all in one queue (that skew once misled the planner into seq scan + sort)
@@ -66,8 +70,12 @@ def test_claim_is_an_index_scan_that_never_reads_finished_rows(app, db, query, a
         db.execute("INSERT INTO skiplock.paused_queues VALUES ('other')")
     db.execute("ANALYZE skiplock.jobs")
     with db.cursor() as cur:
-        sql = app.backend.q[query].replace("%(queues)s", "$1::text[]").replace("%(queue)s", "$1::text")
-        sql = sql.replace("%(limit)s", "$2::int" if "$1" in sql else "$1::int")
+        sql = app.backend.q[query] if limit == "parameter" else with_limit(app.backend.q[query], limit)
+        sql = sql.replace("%(queues)s", "$1::text[]").replace("%(queue)s", "$1::text")
+        if limit == "parameter":
+            sql = sql.replace("%(limit)s", "$2::int" if "$1" in sql else "$1::int")
+        else:
+            arg = arg.replace(", 1)", ")") if arg != "(1)" else ""
         cur.execute("PREPARE claim AS " + sql)
         cur.execute("SET plan_cache_mode = force_generic_plan")  # what a prepared claim runs with
         plan = "\n".join(r[0] for r in cur.execute("EXPLAIN EXECUTE claim" + arg).fetchall())
@@ -82,8 +90,9 @@ def test_claim_is_an_index_scan_that_never_reads_finished_rows(app, db, query, a
 ])
 @pytest.mark.parametrize("paused", [False, True])
 @pytest.mark.parametrize("plans", ["force_generic_plan", "force_custom_plan"])
+@pytest.mark.parametrize("limit", ["parameter", 1, 32])
 def test_the_workers_claim_checks_the_task_on_index_entries_in_claim_order(app, db, query, args, index, paused,
-                                                                          plans):
+                                                                          plans, limit):
     """What a worker runs (its own tasks only), with another app's backlog of 100,000 queued jobs
     ahead of its ten: still an ordered walk of the partial index, and the task is checked on the index
     entry (an Index Cond), so the other app's jobs cost index entries, not a heap fetch each. Both with
@@ -105,7 +114,8 @@ def test_the_workers_claim_checks_the_task_on_index_entries_in_claim_order(app, 
             names.append(m.group(1))
         return f"${names.index(m.group(1)) + 1}"
 
-    sql = re.sub(r"%\((\w+)\)s", positional, app.backend.q[query])
+    text = app.backend.q[query] if limit == "parameter" else with_limit(app.backend.q[query], limit)
+    sql = re.sub(r"%\((\w+)\)s", positional, text)
     values = {**args, "tasks": "ARRAY['t', 'u']", "limit": "1"}
     with db.cursor() as cur:
         cur.execute("PREPARE claim AS " + sql)
@@ -181,3 +191,53 @@ def test_batch_claim_locks_several_rows_in_order(app, dsn):
     with psycopg.connect(dsn) as a, psycopg.connect(dsn) as b:
         assert [j.id for j in app.backend.claim(a, ["default"], limit=3)] == ids[:3]
         assert [j.id for j in app.backend.claim(b, ["default"], limit=3)] == ids[3:]  # skips A's three
+
+
+@pytest.mark.parametrize("limit", [1, 32])
+def test_a_prepared_claim_keeps_its_plan_instead_of_planning_every_claim(app, dsn, db, limit):
+    """With real statistics, the server kept no plan for a claim whose LIMIT was a parameter (the
+    generic plan assumes a tenth of the table, so it never looked cheaper) and planned every claim
+    anew -- more server CPU than running it. The claim the worker sends (``with_limit``) is planned
+    for its first runs only (psycopg prepares it at the sixth; the server tries five custom plans)."""
+    db.execute("INSERT INTO skiplock.jobs (queue, task, priority) "
+               "SELECT 'default', 't', g % 10 FROM generate_series(1, 20000) g")
+    db.execute("ANALYZE skiplock.jobs")
+    with psycopg.connect(dsn) as conn:
+        for _ in range(20):
+            assert len(app.backend.claim(conn, ["default"], limit=limit, tasks=["t"])) == limit
+            conn.commit()  # (a ROLLBACK would make psycopg drop its prepared statements)
+        plans = conn.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                             "WHERE statement LIKE '%%SKIP LOCKED%%'").fetchall()
+    assert len(plans) == 1, plans
+    generic, custom = plans[0]
+    assert custom == 5 and generic == 10, plans  # 20 runs: 5 unprepared, 5 custom plans, then the kept one
+
+
+def test_a_claim_that_found_nothing_ends_without_losing_the_prepared_claims(app, db):
+    """A slot's empty claim ends with ``let_go`` (COMMIT): after a ROLLBACK psycopg drops every
+    prepared statement of the connection, and the claims after it would be planned anew."""
+    db.execute("INSERT INTO skiplock.jobs (queue, task) SELECT 'default', 't' FROM generate_series(1, 100)")
+    lease = app.backend.connect_lease("skiplock-test")
+    try:
+        def prepared() -> int:
+            return lease.conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0]
+
+        for _ in range(8):
+            lease.begin()
+            assert app.backend.claim(lease, ["default"], limit=2, tasks=["t"])
+            lease.commit()
+        assert prepared() == 1
+        lease.conn.commit()
+        for _ in range(3):  # a queue with nothing in it: the same claim, empty
+            lease.begin()
+            assert app.backend.claim(lease, ["empty"], limit=2, tasks=["t"]) == []
+            lease.let_go()
+            assert not lease.in_transaction()
+            assert prepared() == 1
+            lease.conn.commit()
+        lease.begin()
+        assert app.backend.claim(lease, ["empty"], limit=2, tasks=["t"]) == []
+        lease.rollback()  # what an empty claim used to end with
+        assert prepared() == 0
+    finally:
+        lease.close()

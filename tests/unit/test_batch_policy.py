@@ -40,3 +40,20 @@ def test_claimed_lease_and_timed_tasks_always_run_alone():
     policy.measured("t", 0.0001)
     assert policy.alone(SimpleNamespace(name="t", lease="claimed", timeout=None))
     assert policy.alone(SimpleNamespace(name="t", lease="transaction", timeout=5.0))
+
+
+def test_a_claim_size_grows_by_doubling_and_falls_to_a_power_of_two_that_fitted():
+    """Claim sizes stay powers of two (each is a claim text whose plan PostgreSQL keeps:
+    ``with_limit`` in backend/postgres/queries.py)."""
+    from skiplock.worker.batching import BatchRun, ClaimSize
+
+    size = ClaimSize(32, 0.0005)
+    seen = []
+    for _ in range(7):
+        size.after(size.value, BatchRun(outcomes=[None] * size.value))
+        seen.append(size.value)
+    assert seen == [2, 4, 8, 16, 32, 32, 32]
+    size.after(32, BatchRun(outcomes=[None] * 23, out_of_time=True))  # 23 fitted in the budget
+    assert size.value == 16
+    size.after(16, BatchRun(outcomes=[], out_of_time=True))  # none did (the worker is stopping)
+    assert size.value == 1

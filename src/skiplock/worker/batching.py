@@ -62,8 +62,10 @@ class BatchRun:
 
 class ClaimSize:
     """How many jobs one slot claims at once: starts at 1 and doubles up to ``maximum`` while whole
-    batches run within their time budget; falls to what fitted when the budget runs out, and to 1
-    when the first job claimed must run alone (a slow, timed or claimed-lease task). So fast jobs are
+    batches run within their time budget; falls to what fitted when the budget runs out (rounded
+    down to a power of two: PostgreSQL keeps a plan per claim size, see ``with_limit`` in
+    backend/postgres/queries.py), and to 1 when the first job claimed must run alone (a slow, timed
+    or claimed-lease task). So fast jobs are
     claimed in batches (one commit for many), while slow jobs are claimed one at a time and no slot
     sits on jobs it is not running while other slots are idle.
 
@@ -80,8 +82,8 @@ class ClaimSize:
     def after(self, claimed: int, run: "BatchRun") -> None:
         if run.alone:  # slow (or not yet measured) jobs: keep claiming one at a time
             self.value = 1
-        elif run.out_of_time:
-            self.value = max(1, len(run.outcomes))
+        elif run.out_of_time:  # what fitted, as a power of two (the claim sizes the database keeps plans for)
+            self.value = 1 << (max(1, len(run.outcomes)).bit_length() - 1)
         elif claimed >= self.value:
             self.value = min(self.maximum, self.value * 2)
         if run.seconds_per_job is not None:

@@ -87,7 +87,7 @@ class Claimer:
         claimed, turn = self._plain_claim(lease, size, executor, index)
         if claimed:
             return claimed, turn
-        lease.rollback()
+        lease.let_go()
         # none: likewise, this slot's next claims are flow claims for a moment (while they find work,
         # a plain claim that finds nothing first would double their round trips and batch turns)
         self._plain_rest[index] = now + PLAIN_REST_SECONDS

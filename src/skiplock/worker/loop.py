@@ -359,8 +359,8 @@ class Worker:
                             if backoff.failures:  # the connection works: an outage (if any) is over
                                 recovery.connected(f"slot {slot_name}")
                             try:
-                                if not claimed:
-                                    lease.rollback()
+                                if not claimed:  # nothing written, nothing locked (a flow claim let its own go)
+                                    lease.let_go()
                                 else:
                                     if len(claimed) >= size.value:
                                         self.wake(every=False, slots=2)  # there may be more: let idle slots look

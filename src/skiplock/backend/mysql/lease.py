@@ -100,6 +100,9 @@ class MySQLLease(MySQLSession):
         self._call(self.conn.rollback)
         self.refused = False
 
+    def let_go(self) -> None:
+        self.rollback()
+
     def _execute(self, name: str) -> None:
         def run() -> None:
             with self.conn.cursor() as cur:

@@ -31,6 +31,7 @@ from ..base import ClaimedJob
 from .connecting import CLIENT_TCP, session_options, with_connect_timeout
 from .errors import translate
 from .lease import local_timeouts
+from .queries import with_limit
 
 if TYPE_CHECKING:
     from .connections import PostgresConnections
@@ -103,9 +104,12 @@ class AsyncLeasing:
                 raise translate(exc, self.dsn) from None
         return rows if many else (rows[0] if rows else None)
 
-    async def _on(self, conn: Any, name: str, params: dict[str, Any] | None = None) -> list[Any]:
+    async def _on(self, conn: Any, name: str, params: dict[str, Any] | None = None,
+                  limit: int | None = None) -> list[Any]:
+        """Statement ``name`` on ``conn``; ``limit``: a claim's, bound as ``queries.with_limit`` does."""
+        query = self.q[name] if limit is None else with_limit(self.q[name], limit)
         try:
-            cur = await conn.cursor(row_factory=tuple_row).execute(self.q[name], params)
+            cur = await conn.cursor(row_factory=tuple_row).execute(query, params)
             return await cur.fetchall() if cur.description else []
         except psycopg.Error as exc:
             raise translate(exc, self.dsn) from None
@@ -155,7 +159,7 @@ class AsyncLeasing:
         else:
             name, params = "claim_tasks_any_queue", {}
         params.update(limit=limit, tasks=list(tasks))
-        return [ClaimedJob(*row) for row in await self._on(conn, name, params)]
+        return [ClaimedJob(*row) for row in await self._on(conn, name, params, limit=limit)]
 
     async def start_claimed_many(self, conn: Any, jobs: Sequence[tuple[ClaimedJob, uuid.UUID, float]],
                                  worker: str) -> list[tuple[int, str | None] | None]:

@@ -108,6 +108,13 @@ class PostgresLease(PostgresSession):
         except psycopg.Error as exc:
             raise translate(exc, self._dsn) from None
 
+    def let_go(self) -> None:
+        """COMMIT, not ROLLBACK: the transaction wrote nothing, so both end it alike, but psycopg
+        drops every prepared statement of the connection after a ROLLBACK (an object it names may
+        have been dropped), and the next claims and finishing writes would be planned anew for their
+        first ten runs (see ``with_limit`` in queries.py) -- after every claim that found nothing."""
+        self.commit()
+
     def savepoint(self) -> None:
         """The job's savepoint (see ``savepoint`` in queries.sql: taken only when a handler reads
         ``job.conn``)."""

@@ -18,6 +18,7 @@ from .connecting import row_of
 from .connections import PostgresConnections
 from .errors import translate
 from .lease import PostgresLease, PostgresSession, local_timeouts
+from .queries import with_limit
 
 def _on_session(verb: Any) -> Any:
     """A verb whose first argument may be a backend session (lease.py): it runs on that session's
@@ -56,6 +57,7 @@ class Leasing(PostgresConnections):
             query, params = self.q[f"{prefix}_any_queue"], {"limit": limit}
         if tasks is not None:
             params["tasks"] = list(tasks)
+        query = with_limit(query, limit)  # a plan the server keeps (queries.with_limit)
         if not savepoint:
             return [ClaimedJob(*row) for row in conn.execute(query, params).fetchall()]
         cur = conn.cursor(row_factory=tuple_row)

@@ -81,6 +81,38 @@ def load_queries(schema: str, file: str = "queries.sql") -> dict[str, str]:
     return out
 
 
+# A claim's `LIMIT %(limit)s`, bound as an integer literal by `with_limit` (see there).
+LIMIT_PLACEHOLDER = "LIMIT %(limit)s"
+# The literal forms kept: powers of two up to this (a worker's claim sizes), so a connection holds
+# at most a dozen prepared texts of each claim.
+MAX_LITERAL_LIMIT = 1024
+
+
+def with_limit(statement: str, limit: int) -> str:
+    """``statement`` (a claim ending in ``LIMIT %(limit)s``) with that limit written as an integer
+    literal when it is a power of two up to ``MAX_LITERAL_LIMIT`` -- a worker's claim sizes -- and
+    unchanged otherwise (the ``limit`` parameter then still applies; passing it either way is fine).
+
+    Why: the server plans a prepared statement's first five runs for their values (custom plans),
+    then keeps one plan for every value (the generic plan) only if that plan looks no costlier. With
+    the limit a parameter, the generic plan assumes it returns a tenth of the rows, so it always
+    looked costlier, and every claim was planned anew -- 0.2-0.25 ms of server CPU per claim, more
+    than running it (docs/benchmarks.md, "Session 12"). With a literal limit the generic plan costs
+    what the custom ones do and is kept. It is the same ordered walk of the claim index (the EXPLAIN
+    tests of tests/integration/test_claim_protocol.py check the generic plan of each form)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LITERAL_LIMIT \
+            or limit & (limit - 1):
+        return statement
+    return _literal_limit(statement, limit)
+
+
+@lru_cache(maxsize=None)  # a few claim texts x a dozen limits
+def _literal_limit(statement: str, limit: int) -> str:
+    if statement.count(LIMIT_PLACEHOLDER) != 1:
+        raise ValueError("with_limit needs a statement with exactly one LIMIT %(limit)s")
+    return statement.replace(LIMIT_PLACEHOLDER, f"LIMIT {int(limit)}")
+
+
 @lru_cache(maxsize=None)
 def load_migrations(schema: str) -> tuple[str, list[tuple[int, str]]]:
     """(bootstrap SQL, [(version, SQL), ...] in version order)."""
