@@ -90,3 +90,26 @@ def test_batched_claims_drain_exactly_once(app, effects):
     per_job = dict(effects.execute("SELECT job_id, count(*) FROM effects GROUP BY job_id").fetchall())
     assert per_job == {i: 1 for i in ids}
 
+
+
+def test_a_wake_up_a_sleeping_slot_took_does_not_send_the_busy_ones_claiming_again(app):
+    """A NOTIFY that woke an idle slot is that slot's to serve: a slot that was busy meanwhile (it
+    began its claim before the wake-up) goes to sleep after its batch instead of claiming again for
+    it -- each such claim found nothing (measured: half of all claims at 1 ms jobs offered at half
+    the capacity). An unserved one still sends it claiming (the test above)."""
+    worker = app.worker(concurrency=2, poll_interval=60, handle_signals=False, maintenance=False)
+    woken = threading.Event()
+    sleeper = threading.Thread(target=lambda: (worker._idle(worker._wakes), woken.set()), daemon=True)
+    sleeper.start()
+    wait_for(lambda: worker._sleeping == 1)
+    since = worker._wakes  # the busy slot begins its claim ...
+    worker.wake(every=False)  # ... a NOTIFY comes, and the sleeping slot takes it
+    assert woken.wait(10)
+    returned = threading.Event()
+    busy = threading.Thread(target=lambda: (worker._idle(since), returned.set()), daemon=True)
+    busy.start()
+    wait_for(lambda: worker._sleeping == 1)  # the busy slot sleeps: nothing was left unserved
+    assert not returned.is_set()
+    worker.wake(every=False)  # (ends the test's sleep)
+    assert returned.wait(10)
+    worker.stop()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from skiplock.worker.batching import RUNS_KEPT, BatchPolicy
 
 
@@ -57,3 +59,29 @@ def test_a_claim_size_grows_by_doubling_and_falls_to_a_power_of_two_that_fitted(
     assert size.value == 16
     size.after(16, BatchRun(outcomes=[], out_of_time=True))  # none did (the worker is stopping)
     assert size.value == 1
+
+
+def test_while_other_slots_are_idle_a_claim_takes_only_what_starts_within_batch_wait():
+    """``BatchPolicy.share``: no ready job waits behind more than ``batch_wait`` of batch-mates while
+    another slot could have run it; with every slot busy, the whole claim size (a backlog)."""
+    from skiplock.worker.batching import ClaimSize
+
+    policy = BatchPolicy(batch_size=32, batch_wait=0.016)
+    size = ClaimSize(32, 0.0005, start=32)
+    assert policy.share(size, idle_slots=5) == 32  # not measured yet: the claim size
+    size.per_job = 0.001  # 1 ms jobs: 17 start within 16 ms -> 16 (a power of two)
+    assert policy.share(size, idle_slots=5) == 16
+    assert policy.share(size, idle_slots=0) == 32  # every other slot busy
+    size.per_job = 0.003
+    assert policy.share(size, idle_slots=1) == 4  # 6 fit -> 4
+    size.per_job = 0.040
+    assert policy.share(size, idle_slots=1) == 1
+    size.per_job = 0.00003  # near-instant jobs: all 32 start within the wait
+    assert policy.share(size, idle_slots=15) == 32
+    assert BatchPolicy(batch_size=32, batch_wait=None).share(ClaimSize(32, 0.0005, start=32), 15) == 32
+
+
+@pytest.mark.parametrize("wait", [0, -1, 61, True, "0.01"])
+def test_batch_wait_must_be_a_positive_number_of_seconds_or_none(wait):
+    with pytest.raises(ValueError, match="batch_wait"):
+        BatchPolicy(batch_wait=wait)

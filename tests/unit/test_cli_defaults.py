@@ -7,3 +7,9 @@ from skiplock.worker.batching import DEFAULT_BATCH_SIZE
 
 def test_worker_batch_size_default_is_the_libraries():
     assert cli_worker.DEFAULT_BATCH_SIZE == DEFAULT_BATCH_SIZE
+
+
+def test_worker_batch_wait_default_is_the_libraries():
+    from skiplock.worker.batching import DEFAULT_BATCH_WAIT
+
+    assert cli_worker.DEFAULT_BATCH_WAIT == DEFAULT_BATCH_WAIT

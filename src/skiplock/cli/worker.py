@@ -12,9 +12,10 @@ import click
 from .group import APP_SEARCH, Context, err_console, fail, handle_errors
 from .params import Duration
 
-# skiplock.worker.batching.DEFAULT_BATCH_SIZE, written out so that the command line does not import
-# the worker to show its help (tests/unit/test_cli_defaults.py checks they agree).
+# skiplock.worker.batching.DEFAULT_BATCH_SIZE and DEFAULT_BATCH_WAIT, written out so that the command
+# line does not import the worker to show its help (tests/unit/test_cli_defaults.py checks they agree).
 DEFAULT_BATCH_SIZE = 32
+DEFAULT_BATCH_WAIT = 0.016
 
 
 @click.command()
@@ -30,6 +31,9 @@ DEFAULT_BATCH_SIZE = 32
               help="Time after which a batch starts no further job (seconds, or 50ms).")
 @click.option("--batch-slots", type=click.IntRange(1, 512), default=1, show_default=True,
               help="Slots that may run a batch at the same time.")
+@click.option("--batch-wait", type=Duration(0, 60), default=DEFAULT_BATCH_WAIT, show_default=True,
+              help="While other slots are idle, a claim takes no more jobs than start within this time "
+                   "(seconds, or 16ms; 0: always the whole claim size).")
 @click.option("--fixed-concurrency", is_flag=True,
               help="Let every slot hold a lease at once (by default the number adapts to how fast claims and "
                    "commits are: see docs/batches.md).")
@@ -55,7 +59,8 @@ DEFAULT_BATCH_SIZE = 32
 @click.pass_obj
 @handle_errors
 def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, poll_interval: float,
-           batch_size: int, batch_budget: float, batch_slots: int, fixed_concurrency: bool, stop_when_empty: bool,
+           batch_size: int, batch_budget: float, batch_slots: int, batch_wait: float, fixed_concurrency: bool,
+           stop_when_empty: bool,
            due_within: float, log_level: str, no_maintenance: bool, fail_unknown_tasks: bool,
            metrics_port: int | None, metrics_host: str, health_port: int | None, health_host: str) -> None:
     """Run a worker. SIGINT/SIGTERM: finish in-flight jobs and exit 0; a second signal aborts them.
@@ -73,6 +78,7 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
     def make_worker() -> Any:
         return app.worker(queues=queue_list, concurrency=concurrency, poll_interval=poll_interval,
                           batch_size=batch_size, batch_budget=batch_budget, batch_slots=batch_slots,
+                          batch_wait=batch_wait or None,
                           maintenance=not no_maintenance, fail_unknown_tasks=fail_unknown_tasks,
                           adaptive_limit=not fixed_concurrency)
 

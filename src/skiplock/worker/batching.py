@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 # was 1.1 / 1.8 / 3.2 / 3.8 x the pgbench baseline. 32 keeps a batch within the 64 subtransaction
 # ids PostgreSQL caches per transaction even when every handler writes (one savepoint each).
 DEFAULT_BATCH_SIZE = 32
+# While other slots are idle, a claim takes no more jobs than start within this many seconds of it
+# (BatchPolicy.share).
+DEFAULT_BATCH_WAIT = 0.016
 # How many of a task's recent handler times decide whether it is fast (their median).
 RUNS_KEPT = 15
 
@@ -78,6 +81,7 @@ class ClaimSize:
         self.instant_seconds = instant_seconds
         self.value = max(1, min(maximum, start))
         self.instant = True
+        self.per_job: float | None = None  # the last batch's mean time per job (seconds), if measured
 
     def after(self, claimed: int, run: "BatchRun") -> None:
         if run.alone:  # slow (or not yet measured) jobs: keep claiming one at a time
@@ -88,6 +92,7 @@ class ClaimSize:
             self.value = min(self.maximum, self.value * 2)
         if run.seconds_per_job is not None:
             self.instant = run.seconds_per_job < self.instant_seconds
+            self.per_job = run.seconds_per_job
 
     def alone(self) -> None:
         self.value = 1
@@ -102,16 +107,20 @@ class BatchPolicy:
     ``instant_seconds``: the mean time per job under which a batch counts as near-instant."""
 
     def __init__(self, batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = 0.05, batch_slots: int = 1, *,
-                 instant_seconds: float = 0.0005):
+                 batch_wait: float | None = DEFAULT_BATCH_WAIT, instant_seconds: float = 0.0005):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= 1000:
             raise ValueError(f"batch_size must be an integer from 1 to 1000, got {batch_size!r}")
         if isinstance(batch_budget, bool) or not isinstance(batch_budget, (int, float)) or not 0 < batch_budget <= 60:
             raise ValueError(f"batch_budget must be a number of seconds in (0, 60], got {batch_budget!r}")
         if isinstance(batch_slots, bool) or not isinstance(batch_slots, int) or batch_slots < 1:
             raise ValueError(f"batch_slots must be a positive integer, got {batch_slots!r}")
+        if batch_wait is not None and (isinstance(batch_wait, bool) or not isinstance(batch_wait, (int, float))
+                                       or not 0 < batch_wait <= 60):
+            raise ValueError(f"batch_wait must be a number of seconds in (0, 60] or None, got {batch_wait!r}")
         self.batch_size = batch_size
         self.batch_budget = float(batch_budget)
         self.batch_slots = batch_slots
+        self.batch_wait = None if batch_wait is None else float(batch_wait)
         self.instant_seconds = instant_seconds
         self.fast_seconds = self.batch_budget / 10
         # A batch turn held this long is stuck (a batch of near-instant jobs takes milliseconds).
@@ -149,6 +158,25 @@ class BatchPolicy:
             runs = self._runs[task] = deque(maxlen=RUNS_KEPT)
         runs.append(seconds)
         self._seconds[task] = sorted(runs)[len(runs) // 4]
+
+    def share(self, size: ClaimSize, idle_slots: int) -> int:
+        """How many jobs this claim takes: ``size.value`` -- or, while ``idle_slots`` other slots of
+        the process run no job, no more than start within ``batch_wait`` seconds of the claim, judged
+        by this slot's last time per job (rounded down to a power of two, at least one). A batch runs
+        its jobs one after another, so a burst claimed whole by one slot kept its last jobs waiting
+        behind their batch-mates while other slots had nothing to do (1 ms jobs offered at half the
+        capacity: 17-18 jobs per claim, 11.8 ms from claim to handler at the median; docs/batches.md,
+        "Idle slots"). A claim that comes back full wakes two more slots (the worker), so the
+        burst spreads over idle slots. With every slot busy a claim takes ``size.value``: the
+        jobs would wait for a slot anyway, and one commit for many is what keeps up with a backlog."""
+        limit = size.value
+        wait, per_job = self.batch_wait, size.per_job
+        if wait is None or idle_slots <= 0 or per_job is None or per_job <= 0 or limit <= 1:
+            return limit
+        fits = int(wait / per_job) + 1  # the first starts at once, the last `wait` later
+        if fits >= limit:
+            return limit
+        return 1 << (max(1, fits).bit_length() - 1)
 
     # ---- turns ----------------------------------------------------------------------------------
 

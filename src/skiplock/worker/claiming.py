@@ -59,6 +59,7 @@ class Claimer:
         self._flow_rest: dict[int, float] = {}  # per slot: no flow claim first before this (it found none)
         self._plain_rest: dict[int, float] = {}  # per slot: no plain claim first before this (it found none)
         self._flow_empty: dict[int, int] = {}  # per slot: flow claims in a row that found nothing
+        self.limits: dict[int, int] = {}  # per slot: how many jobs its last claim could take (BatchPolicy.share)
 
     def claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
               index: int) -> tuple[list[Any], bool]:
@@ -139,7 +140,8 @@ class Claimer:
     def _take_turn(self, size: ClaimSize, index: int) -> tuple[int, bool]:
         """How many jobs this claim may take, and whether it holds a batch turn (see ``batch_slots``);
         (0, False): the worker is stopping."""
-        limit = size.value
+        limit = self.w.batching.share(size, self.w.idle_slots)
+        self.limits[index] = limit
         turn = limit > 1 and size.instant
         if turn:
             turn = self.w.batching.take_turn(index, self.w._stopping)

@@ -27,7 +27,7 @@ from ..maintenance.pruner import Pruner
 from ..maintenance.rescuer import Rescuer
 from ..maintenance.service import Service
 from ..reconnect import Reconnects, quiet_driver_noise, reporting_losses
-from .batching import DEFAULT_BATCH_SIZE, BatchPolicy, ClaimSize
+from .batching import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_WAIT, BatchPolicy, ClaimSize
 from .claiming import Claimer
 from .completer import CancelledWhileRunning
 from .executor import Executor
@@ -60,7 +60,9 @@ class Worker:
     ``batch_size`` is the most jobs one claim takes; ``batch_budget`` the seconds after which a batch
     starts no further job (its remaining jobs are released at its COMMIT); ``batch_slots`` how many
     slots may run batches of near-instant jobs at the same time (other batches, and jobs claimed one
-    at a time, run on every slot). They make the worker's :class:`.batching.BatchPolicy`; pass
+    at a time, run on every slot); ``batch_wait`` (seconds, None: off) how long a ready job may wait
+    behind its batch-mates while other slots are idle -- a claim then takes no more jobs than start
+    within it. They make the worker's :class:`.batching.BatchPolicy`; pass
     ``batch_policy=`` instead to decide batching otherwise (``batching.WholeBatches``, say). See
     :mod:`.batching` and docs/batches.md.
 
@@ -75,7 +77,7 @@ class Worker:
                  poll_interval: float = 0.5, name: str | None = None, handle_signals: bool = True,
                  max_reconnect_delay: float = 30.0, maintenance: bool = True, prune_interval: float = 60.0,
                  batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = 0.05, batch_slots: int = 1,
-                 listen: bool = True,
+                 batch_wait: float | None = DEFAULT_BATCH_WAIT, listen: bool = True,
                  rescue_interval: float = 5.0, fail_unknown_tasks: bool = False, adaptive_limit: bool = True,
                  batch_policy: BatchPolicy | None = None, metrics_interval: float = 15.0):
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -96,7 +98,8 @@ class Worker:
         self.handle_signals = handle_signals
         self.max_reconnect_delay = max_reconnect_delay
         self.recovery: Reconnects | None = None  # set by run(): shared by the slots, listener and services
-        self.batching = batch_policy if batch_policy is not None else BatchPolicy(batch_size, batch_budget, batch_slots)
+        self.batching = batch_policy if batch_policy is not None else BatchPolicy(
+            batch_size, batch_budget, batch_slots, batch_wait=batch_wait)
         self.batch_budget = self.batching.batch_budget
         self.rescue_interval = rescue_interval
         self.metrics_interval = metrics_interval  # seconds between samples of the queue gauges (metrics on)
@@ -105,7 +108,8 @@ class Worker:
         self.listen = listen
         self.listener: Listener | None = None
         self._wake_up = threading.Condition()
-        self._wakes = 0  # wake-ups so far: a slot that was claiming when one came does not then sleep
+        self._wakes = 0  # unserved wake-ups so far: a slot that was busy when one came does not then sleep
+        self._sleeping = 0  # slots waiting in _idle and not yet woken
         self.maintenance = maintenance
         self.prune_interval = prune_interval
         self.services: list[Service] = []
@@ -124,22 +128,43 @@ class Worker:
         """Wake idle slots to claim now: every one, or (a NOTIFY) ``slots`` of them; a slot whose claim
         came back full wakes two more (``_slot``), so a burst of n jobs reaches n slots in about
         log2(n) claim round trips, not n one after another, while a single job does not send every
-        idle slot to the database for nothing."""
+        idle slot to the database for nothing. A wake-up that finds fewer slots sleeping than it
+        asks for is *unserved* (``_wakes`` counts those): the slots busy meanwhile claim again
+        before they sleep (``_idle``), so it is never lost."""
         with self._wake_up:
-            self._wakes += 1
+            if every or self._sleeping < slots:
+                self._wakes += 1
             if every:
+                self._sleeping = 0
                 self._wake_up.notify_all()
             else:
-                self._wake_up.notify(slots)
+                woken = min(slots, self._sleeping)
+                self._sleeping -= woken
+                self._wake_up.notify(woken)
 
     def _idle(self, since: int, timeout: float | None = None) -> None:
-        """Wait for a wake-up or ``poll_interval`` -- unless one came since ``since`` (the count when
-        this slot began the claim that found nothing): a NOTIFY that arrived while the slot was busy
-        claiming found nobody waiting, and its job may have committed after the claim's snapshot, so
-        the slot claims again at once instead of sleeping through it."""
+        """Wait for a wake-up or ``poll_interval`` -- unless an unserved one came since ``since`` (the
+        count when this slot began its last claim): a NOTIFY that arrived while the slot was busy
+        found nobody waiting for it, and its job may have committed after the claim's snapshot, so the
+        slot claims again at once instead of sleeping through it. A wake-up some sleeping slot took
+        is that slot's to serve: the others need not claim for it."""
         with self._wake_up:
             if not self._stopping.is_set() and self._wakes == since:
-                self._wake_up.wait(self.poll_interval if timeout is None else min(self.poll_interval, timeout))
+                self._sleeping += 1
+                notified = self._wake_up.wait(self.poll_interval if timeout is None
+                                              else min(self.poll_interval, timeout))
+                if not notified:  # timed out (a notified one was counted off by wake())
+                    self._sleeping = max(0, self._sleeping - 1)
+
+    def _listening(self) -> bool:
+        """NOTIFYs reach this worker now (its listener's session is up)."""
+        listener = self.listener
+        return listener is not None and listener.listening.is_set()
+
+    @property
+    def idle_slots(self) -> int:
+        """Other slots running no job now, besides the one asking (a hint, read without a lock)."""
+        return self.concurrency - len(self._busy) - 1
 
     def stop(self, abort: bool = False) -> None:
         """Stop claiming. With ``abort``, also end in-flight jobs: their transactions roll back."""
@@ -327,7 +352,7 @@ class Worker:
                         permit = self.governor.acquire(self._stopping)
                         if permit is None:
                             continue
-                    keep = False  # keep the permit for the next claim (see below)
+                    keep = drained = False  # keep the permit for the next claim; see `drained` below
                     try:
                         size = permit.state
                         if size is None:  # the claim size travels with the permit, not the slot
@@ -364,6 +389,9 @@ class Worker:
                                 else:
                                     if len(claimed) >= size.value:
                                         self.wake(every=False, slots=2)  # there may be more: let idle slots look
+                                    elif len(claimed) >= self.claimer.limits.get(index, size.value):
+                                        # a share (BatchPolicy.share) came back full: one more slot looks
+                                        self.wake(every=False, slots=1)
                                     self._busy.add(index)
                                     started: set[int] | None = None  # which jobs ran, for a fair batch's cursor
                                     try:
@@ -388,7 +416,13 @@ class Worker:
                                         self.wake(every=False, slots=1)  # its slots are free: an idle slot may look
                             finally:
                                 let_turn_go()
-                        keep = bool(claimed)
+                        # A claim that came back short found every available job; unless a wake-up
+                        # came since it began, nothing was enqueued since (NOTIFY is sent at commit),
+                        # so this slot waits for one instead of a claim that would find nothing
+                        # (with no listener it claims again: polling is all it has).
+                        drained = (bool(claimed) and len(claimed) < self.claimer.limits.get(index, size.value)
+                                   and self._wakes == wakes and self._listening())
+                        keep = bool(claimed) and not drained
                     finally:
                         # A slot that keeps finding work keeps its permit from one lease to the next, so
                         # the same few slots (and sessions) stay busy while the rest sleep, instead of the
@@ -398,7 +432,10 @@ class Worker:
                             self.governor.release(permit)
                             permit = None
                     backoff.reset()
-                    if not claimed:
+                    if drained:
+                        flow = self.flow
+                        self._idle(wakes, flow.next_due(index) if flow is not None else None)
+                    elif not claimed:
                         flow = self.flow
                         if self._stop_when_empty and not (flow is not None and flow.holding()):
                             return  # (a job held back by its rate is not "none available")

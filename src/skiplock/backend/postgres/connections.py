@@ -240,10 +240,16 @@ class PostgresConnections:
 
     def connect_bookkeeping(self) -> PostgresSession:
         """An autocommit session for attempt counting. ``synchronous_commit=off``: a count lost in
-        a server crash costs at most one extra attempt, and it saves a WAL flush per job."""
+        a server crash costs at most one extra attempt, and it saves a WAL flush per job.
+        ``plan_cache_mode=force_generic_plan``: only skiplock's own statements run here (keyed
+        writes and lookups: their plans do not depend on the values), and the server otherwise
+        planned `start_batch` and `start_attempt` anew at almost every run -- their generic plans
+        look costlier than one made for a short array -- at 0.1-0.2 ms of server CPU each
+        (docs/benchmarks.md, "Session 12")."""
         return PostgresSession(connect(self.dsn, self.connect_timeout, autocommit=True,
                                        application_name="skiplock-attempts",
-                                       **self._startup("-c synchronous_commit=off"), **CLIENT_TCP),
+                                       **self._startup("-c synchronous_commit=off",
+                                                       "-c plan_cache_mode=force_generic_plan"), **CLIENT_TCP),
                                self.dsn)
 
     @property

@@ -111,6 +111,7 @@ class Leasing(PostgresConnections):
         missing was refused (a cancellation was requested) and is still queued, unlocked."""
         cur = conn.cursor(row_factory=tuple_row)
         with conn.pipeline():
+            conn.execute(self.q["generic_plans"])  # the handlers have run (see queries.sql)
             cur.execute(self.q["complete_batch"], {
                 "ids": [d[0].id for d in done], "attempts": [d[1] for d in done], "results": [d[2] for d in done],
                 "started_at": started_at, "worker": worker, "batch": batch, "prefix": f"{self.schema}:"})
@@ -147,10 +148,18 @@ class Leasing(PostgresConnections):
         """False if the job was not written done (a cancellation was requested, or -- claimed lease --
         the lease is no longer ``owner``'s). ``conn`` None (claimed lease only: the fence is the lease,
         not a lock): a pooled connection, committed at once."""
-        row = self._one("complete", {"id": job.id, "attempt": attempt, "result": result_json,
-                                     "started_at": started_at, "worker": worker, "owner": owner,
-                                     "notice": self.notice(job.id)}, conn)
-        return bool(row[0])
+        params = {"id": job.id, "attempt": attempt, "result": result_json, "started_at": started_at,
+                  "worker": worker, "owner": owner, "notice": self.notice(job.id)}
+        if conn is None:
+            return bool(self._one("complete", params)[0])
+        try:  # in the lease transaction, after the handler: with the plan the server keeps (queries.sql)
+            cur = conn.cursor(row_factory=tuple_row)
+            with conn.pipeline():
+                conn.execute(self.q["generic_plans"])
+                cur.execute(self.q["complete"], params)
+            return bool(row_of(cur)[0])
+        except psycopg.Error as exc:
+            raise translate(exc, self.dsn) from None
 
     @_on_session
     def record_outcome(self, conn: psycopg.Connection[Any] | None, job: ClaimedJob, attempt: int, *, state: str,
