@@ -161,7 +161,7 @@ class BatchPolicy:
 
     def share(self, size: ClaimSize, idle_slots: int) -> int:
         """How many jobs this claim takes: ``size.value`` -- or, while ``idle_slots`` other slots of
-        the process run no job, no more than start within ``batch_wait`` seconds of the claim, judged
+        the process sit idle and could claim, no more than start within ``batch_wait`` seconds of it, judged
         by this slot's last time per job (rounded down to a power of two, at least one). A batch runs
         its jobs one after another, so a burst claimed whole by one slot kept its last jobs waiting
         behind their batch-mates while other slots had nothing to do (1 ms jobs offered at half the

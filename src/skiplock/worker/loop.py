@@ -163,8 +163,10 @@ class Worker:
 
     @property
     def idle_slots(self) -> int:
-        """Other slots running no job now, besides the one asking (a hint, read without a lock)."""
-        return self.concurrency - len(self._busy) - 1
+        """Slots that could take a share of a claim now: sleeping for want of work, with a permit
+        free for them (a slot the governor keeps waiting cannot claim; a hint, read without a lock)."""
+        governor = self.governor
+        return max(0, min(self._sleeping, governor.limit - governor.held))
 
     def stop(self, abort: bool = False) -> None:
         """Stop claiming. With ``abort``, also end in-flight jobs: their transactions roll back."""
