@@ -330,3 +330,24 @@ def test_a_stuck_batch_does_not_stop_the_other_slots(app):
         worker.stop()
         thread.join(30)
 
+
+
+def test_jobs_a_short_batch_released_at_its_commit_run_without_waiting_for_a_poll(app):
+    """A claim that came back short found every available job, so its slot may sleep until a
+    NOTIFY -- but not when its batch ran out of time: the jobs it released at its COMMIT sent no
+    NOTIFY, and the slot claims them again at once (here the poll is a minute away)."""
+    @app.task(name="slowish")
+    def slowish(job):
+        time.sleep(0.02)
+
+    ids = app.enqueue_many([("slowish", {})] * 5)  # one claim of 5 (short of 8); 2 fit in the budget
+    worker = app.worker(concurrency=1, batch_policy=whole(8, batch_budget=0.03), poll_interval=60,
+                        handle_signals=False, maintenance=False)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_for(lambda: worker.listener is not None and worker.listener.listening.is_set(), timeout=20)
+        wait_for(lambda: all(app.get_job(i).state == "done" for i in ids), timeout=20)
+    finally:
+        worker.stop()
+        thread.join(30)

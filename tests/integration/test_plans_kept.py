@@ -27,54 +27,50 @@ def backlog(db):
     db.execute("ANALYZE skiplock.jobs")
 
 
-@pytest.mark.parametrize("size", [1, 3, 8])
-def test_a_batchs_bookkeeping_and_finishing_write_keep_their_plans(app, backlog, size):
+def _runs_keep_their_plans(app, one_run, lease_statement: str, bookkeeping_statement: str) -> None:
+    """``one_run(backend, lease, bookkeeping)`` RUNS times, each ending its lease transaction; then
+    the lease's and the bookkeeping session's statements named by those fragments were planned for
+    no run after psycopg prepared them (all generic), and the lease's setting ended with each."""
     backend = app.backend
     lease = backend.connect_lease("skiplock-test")
     bookkeeping = backend.connect_bookkeeping()
     try:
         for _ in range(RUNS):
             lease.begin()
-            jobs = backend.claim(lease, ["default"], limit=size, tasks=["t"])
-            assert len(jobs) == size
-            batch, suspects, cancels = backend.start_batch(bookkeeping, jobs, "w", lease.session_id)
-            assert not suspects and not cancels
-            written = backend.complete_batch(lease, batch, [(j, 1, None) for j in jobs],
-                                             datetime.now(timezone.utc), "w")
-            assert written == {j.id for j in jobs}
+            one_run(backend, lease, bookkeeping)
             assert lease.conn.execute("SHOW plan_cache_mode").fetchone()[0] == "auto"  # SET LOCAL ended
             lease.conn.commit()
-        generic, custom = _plans(lease.conn, "UPDATE \"skiplock\".jobs j")  # complete_batch
-        assert custom == 0 and generic == RUNS - 5, (generic, custom)
-        generic, custom = _plans(bookkeeping.conn, "INSERT INTO \"skiplock\".job_batches")  # start_batch
-        assert custom == 0 and generic == RUNS - 5, (generic, custom)
+        for conn, fragment in ((lease.conn, lease_statement), (bookkeeping.conn, bookkeeping_statement)):
+            generic, custom = _plans(conn, fragment)
+            assert custom == 0 and generic == RUNS - 5, (fragment, generic, custom)
     finally:
         lease.close()
         bookkeeping.close()
+
+
+@pytest.mark.parametrize("size", [1, 3, 8])
+def test_a_batchs_bookkeeping_and_finishing_write_keep_their_plans(app, backlog, size):
+    def batch(backend, lease, bookkeeping):
+        jobs = backend.claim(lease, ["default"], limit=size, tasks=["t"])
+        assert len(jobs) == size
+        batch_id, suspects, cancels = backend.start_batch(bookkeeping, jobs, "w", lease.session_id)
+        assert not suspects and not cancels
+        written = backend.complete_batch(lease, batch_id, [(j, 1, None) for j in jobs], datetime.now(timezone.utc), "w")
+        assert written == {j.id for j in jobs}  # (and committed)
+
+    _runs_keep_their_plans(app, batch, 'UPDATE "skiplock".jobs j', 'INSERT INTO "skiplock".job_batches')
 
 
 def test_a_lone_jobs_attempt_and_finishing_write_keep_their_plans(app, backlog):
-    backend = app.backend
-    lease = backend.connect_lease("skiplock-test")
-    bookkeeping = backend.connect_bookkeeping()
-    try:
-        for _ in range(RUNS):
-            lease.begin()
-            job, = backend.claim(lease, ["default"], limit=1, tasks=["t"])
-            attempt, cancelled, unrecorded, suspect = backend.start_attempt(bookkeeping, job, "w", lease.session_id,
-                                                                            exclusive=False)
-            assert (attempt, cancelled, unrecorded, suspect) == (1, None, None, False)
-            assert backend.complete(lease.conn, job, attempt, None, datetime.now(timezone.utc), "w")
-            lease.commit()
-            assert lease.conn.execute("SHOW plan_cache_mode").fetchone()[0] == "auto"
-            lease.conn.commit()
-        generic, custom = _plans(lease.conn, "WITH p AS MATERIALIZED")  # complete
-        assert custom == 0 and generic == RUNS - 5, (generic, custom)
-        generic, custom = _plans(bookkeeping.conn, "INSERT INTO \"skiplock\".job_attempts")  # start_attempt
-        assert custom == 0 and generic == RUNS - 5, (generic, custom)
-    finally:
-        lease.close()
-        bookkeeping.close()
+    def lone(backend, lease, bookkeeping):
+        job, = backend.claim(lease, ["default"], limit=1, tasks=["t"])
+        attempt, cancelled, unrecorded, suspect = backend.start_attempt(bookkeeping, job, "w", lease.session_id,
+                                                                        exclusive=False)
+        assert (attempt, cancelled, unrecorded, suspect) == (1, None, None, False)
+        assert backend.complete(lease.conn, job, attempt, None, datetime.now(timezone.utc), "w")
+        lease.commit()
+
+    _runs_keep_their_plans(app, lone, "WITH p AS MATERIALIZED", 'INSERT INTO "skiplock".job_attempts')
 
 
 def test_a_handlers_statements_on_the_lease_are_planned_as_usual(app, backlog):

@@ -354,7 +354,7 @@ class Worker:
                         permit = self.governor.acquire(self._stopping)
                         if permit is None:
                             continue
-                    keep = drained = False  # keep the permit for the next claim; see `drained` below
+                    keep = drained = ran_all = False  # keep the permit for the next claim; see `drained` below
                     try:
                         size = permit.state
                         if size is None:  # the claim size travels with the permit, not the slot
@@ -396,11 +396,13 @@ class Worker:
                                         self.wake(every=False, slots=1)
                                     self._busy.add(index)
                                     started: set[int] | None = None  # which jobs ran, for a fair batch's cursor
+                                    ran_all = False  # every job claimed ran (none released at the COMMIT)
                                     try:
                                         early = turn and early_turns  # see Capabilities.claim_while_committing
                                         run = executor.run_batch(lease, claimed, slot_name, self.batch_budget,
                                                                  self._stopping, let_turn_go if early else None)
                                         started = None if run.jobs is None else {c.id for c in run.jobs}
+                                        ran_all = not run.out_of_time and len(run.outcomes) == len(claimed)
                                         for outcome in run.outcomes:
                                             self.stats.count(outcome)
                                         size.after(len(claimed), run)
@@ -422,8 +424,10 @@ class Worker:
                         # came since it began, nothing was enqueued since (NOTIFY is sent at commit),
                         # so this slot waits for one instead of a claim that would find nothing
                         # (with no listener it claims again: polling is all it has).
-                        drained = (bool(claimed) and len(claimed) < self.claimer.limits.get(index, size.value)
-                                   and self._wakes == wakes and self._listening())
+                        # (A batch that released jobs at its COMMIT -- out of time, stopping, a suspect
+                        # let go -- sent no NOTIFY for them: it claims again.)
+                        drained = (bool(claimed) and ran_all and self._wakes == wakes and self._listening()
+                                   and len(claimed) < self.claimer.limits.get(index, size.value))
                         keep = bool(claimed) and not drained
                     finally:
                         # A slot that keeps finding work keeps its permit from one lease to the next, so
