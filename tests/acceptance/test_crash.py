@@ -15,9 +15,11 @@ N_JOBS = 2000
 
 
 def _lease_sessions_busy(db, w) -> int:
-    """Lease sessions of ``w`` that are executing a statement (rather than waiting for the client)."""
-    return scalar(db, "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s AND state = 'active'",
-                  [f"skiplock-worker {w.slot_pattern}"])
+    """Lease sessions of ``w`` that are executing a statement (rather than waiting for the client: idle in
+    transaction, or -- stopped in the middle of a pipeline, before its Sync -- active but reading from
+    the client)."""
+    return scalar(db, "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s AND state = 'active' "
+                      "AND wait_event IS DISTINCT FROM 'ClientRead'", [f"skiplock-worker {w.slot_pattern}"])
 
 
 def _active_sessions(db) -> str:

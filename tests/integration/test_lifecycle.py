@@ -210,6 +210,7 @@ def test_pause_while_workers_run_then_resume(app, effects, db):
         held = app.enqueue("effect")
         elsewhere = app.enqueue("effect", queue="other")
         wait_for(lambda: app.get_job(elsewhere).state == "done")  # the worker is claiming...
+        wait_for(lambda: worker.stats.done == 2)  # (a job is counted just after its COMMIT)
         polls = worker.stats.done
         time.sleep(0.3)  # ...many claim cycles (poll 0.02 s) pass...
         assert app.get_job(held).state == "queued"  # ...and none took the paused queue's job
