@@ -49,6 +49,11 @@ DEFAULT_BATCH_WAIT = 0.016
 RUNS_KEPT = 15
 
 
+def power_of_two_below(n: int) -> int:
+    """The largest power of two <= ``n``, at least 1 (claim sizes: see ``ClaimSize``)."""
+    return 1 << (max(1, n).bit_length() - 1)
+
+
 @dataclass
 class BatchRun:
     """What one claim's transaction did: the durable outcomes, and whether it stopped starting jobs
@@ -87,7 +92,7 @@ class ClaimSize:
         if run.alone:  # slow (or not yet measured) jobs: keep claiming one at a time
             self.value = 1
         elif run.out_of_time:  # what fitted, as a power of two (the claim sizes the database keeps plans for)
-            self.value = 1 << (max(1, len(run.outcomes)).bit_length() - 1)
+            self.value = power_of_two_below(len(run.outcomes))
         elif claimed >= self.value:
             self.value = min(self.maximum, self.value * 2)
         if run.seconds_per_job is not None:
@@ -176,7 +181,7 @@ class BatchPolicy:
         fits = int(wait / per_job) + 1  # the first starts at once, the last `wait` later
         if fits >= limit:
             return limit
-        return 1 << (max(1, fits).bit_length() - 1)
+        return power_of_two_below(fits)
 
     # ---- turns ----------------------------------------------------------------------------------
 

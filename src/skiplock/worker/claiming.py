@@ -101,7 +101,11 @@ class Claimer:
         wakes two idle slots to look too (there may be more), as after a full plain claim."""
         # a job with a rate is claimed alone (worker/flow.py): after one, this slot claims one job
         # (no batch turn to wait for) until it takes a job without a rate
-        limit, turn = (1, False) if index in flow.rated_slots else self._take_turn(size, index)
+        if index in flow.rated_slots:
+            limit, turn = 1, False
+            self.limits[index] = limit
+        else:
+            limit, turn = self._take_turn(size, index)
         if limit == 0:
             return [], False
         try:

@@ -374,6 +374,7 @@ class Worker:
                             if self._stopping.is_set():  # stopped while it waited for the gate: claim nothing
                                 continue
                             claimed, turn = self.claimer.claim(lease, size, executor, index)
+                            limit = self.claimer.limits.get(index, size.value)  # what this claim could take
                             held = [turn]  # the batch turn, until given back (before the COMMIT, or below)
 
                             def let_turn_go() -> None:
@@ -391,7 +392,7 @@ class Worker:
                                 else:
                                     if len(claimed) >= size.value:
                                         self.wake(every=False, slots=2)  # there may be more: let idle slots look
-                                    elif len(claimed) >= self.claimer.limits.get(index, size.value):
+                                    elif len(claimed) >= limit:
                                         # a share (BatchPolicy.share) came back full: one more slot looks
                                         self.wake(every=False, slots=1)
                                     self._busy.add(index)
@@ -427,7 +428,7 @@ class Worker:
                         # (A batch that released jobs at its COMMIT -- out of time, stopping, a suspect
                         # let go -- sent no NOTIFY for them: it claims again.)
                         drained = (bool(claimed) and ran_all and self._wakes == wakes and self._listening()
-                                   and len(claimed) < self.claimer.limits.get(index, size.value))
+                                   and len(claimed) < limit)
                         keep = bool(claimed) and not drained
                     finally:
                         # A slot that keeps finding work keeps its permit from one lease to the next, so

@@ -148,18 +148,11 @@ class Leasing(PostgresConnections):
         """False if the job was not written done (a cancellation was requested, or -- claimed lease --
         the lease is no longer ``owner``'s). ``conn`` None (claimed lease only: the fence is the lease,
         not a lock): a pooled connection, committed at once."""
-        params = {"id": job.id, "attempt": attempt, "result": result_json, "started_at": started_at,
-                  "worker": worker, "owner": owner, "notice": self.notice(job.id)}
-        if conn is None:
-            return bool(self._one("complete", params)[0])
-        try:  # in the lease transaction, after the handler: with the plan the server keeps (queries.sql)
-            cur = conn.cursor(row_factory=tuple_row)
-            with conn.pipeline():
-                conn.execute(self.q["generic_plans"])
-                cur.execute(self.q["complete"], params)
-            return bool(row_of(cur)[0])
-        except psycopg.Error as exc:
-            raise translate(exc, self.dsn) from None
+        # in the lease transaction, after the handler: with the plan the server keeps (queries.sql)
+        row = self._one("complete", {"id": job.id, "attempt": attempt, "result": result_json,
+                                     "started_at": started_at, "worker": worker, "owner": owner,
+                                     "notice": self.notice(job.id)}, conn, before="generic_plans")
+        return bool(row[0])
 
     @_on_session
     def record_outcome(self, conn: psycopg.Connection[Any] | None, job: ClaimedJob, attempt: int, *, state: str,
