@@ -107,9 +107,11 @@ class Worker:
         self.flow: FlowControl | None = None  # set by run(): the flow claim (worker/flow.py)
         self.listen = listen
         self.listener: Listener | None = None
-        self._wake_up = threading.Condition()
+        self._wake_up = threading.Lock()  # guards _wakes and _sleepers
         self._wakes = 0  # unserved wake-ups so far: a slot that was busy when one came does not then sleep
-        self._sleeping = 0  # slots waiting in _idle and not yet woken
+        # Slots waiting in _idle and not yet woken, each by its own event, the most recently idle last:
+        # wake-ups take them from the end (see wake()).
+        self._sleepers: list[threading.Event] = []
         self.maintenance = maintenance
         self.prune_interval = prune_interval
         self.services: list[Service] = []
@@ -130,31 +132,63 @@ class Worker:
         log2(n) claim round trips, not n one after another, while a single job does not send every
         idle slot to the database for nothing. A wake-up that finds fewer slots sleeping than it
         asks for is *unserved* (``_wakes`` counts those): the slots busy meanwhile claim again
-        before they sleep (``_idle``), so it is never lost."""
+        before they sleep (``_idle``), so it is never lost.
+
+        Last in, first out: the slots that went idle most recently are woken first, so a light load
+        is served by the same few slots and sessions, whose prepared statements keep their plans,
+        while the rest sleep. Woken in turn (first in, first out, as a condition variable does), a
+        light load went round every slot's session, and each of them planned the claim, the attempt
+        and the finishing write again after every plan invalidation (an autovacuum of the jobs
+        table invalidates them): measured, 2 processes x 32 slots at 150 jobs/s planned `complete`
+        at more than half of its runs."""
         with self._wake_up:
-            if every or self._sleeping < slots:
+            sleepers = self._sleepers
+            if every or len(sleepers) < slots:
                 self._wakes += 1
             if every:
-                self._sleeping = 0
-                self._wake_up.notify_all()
+                woken, self._sleepers = sleepers, []
             else:
-                woken = min(slots, self._sleeping)
-                self._sleeping -= woken
-                self._wake_up.notify(woken)
+                cut = max(0, len(sleepers) - slots)
+                woken, self._sleepers = sleepers[cut:], sleepers[:cut]
+            for event in woken:  # under the lock: a slot whose wait timed out sees it set or listed
+                event.set()
+
+    @property
+    def _sleeping(self) -> int:
+        """Slots waiting in ``_idle`` and not yet woken."""
+        return len(self._sleepers)
 
     def _idle(self, since: int, timeout: float | None = None) -> None:
         """Wait for a wake-up or ``poll_interval`` -- unless an unserved one came since ``since`` (the
         count when this slot began its last claim): a NOTIFY that arrived while the slot was busy
         found nobody waiting for it, and its job may have committed after the claim's snapshot, so the
         slot claims again at once instead of sleeping through it. A wake-up some sleeping slot took
-        is that slot's to serve: the others need not claim for it."""
+        is that slot's to serve: the others need not claim for it.
+
+        While NOTIFYs reach the process (its listener is up), one sleeping slot polls: the one that
+        went idle last (its session is the warmest). The others sleep on until woken, or until they
+        are that slot, or until ``timeout`` (a rate-held flow key's next start): polling only
+        finds what no NOTIFY announces (a job whose ``run_at`` came, one a rolled-back lease
+        returned), and a poll that finds a full claim wakes more slots. Without a listener every
+        slot polls: polling is all it has. Idle, 2 processes x 32 slots used to claim 129 times a
+        second for nothing."""
+        event = threading.Event()
         with self._wake_up:
-            if not self._stopping.is_set() and self._wakes == since:
-                self._sleeping += 1
-                notified = self._wake_up.wait(self.poll_interval if timeout is None
-                                              else min(self.poll_interval, timeout))
-                if not notified:  # timed out (a notified one was counted off by wake())
-                    self._sleeping = max(0, self._sleeping - 1)
+            if self._stopping.is_set() or self._wakes != since:
+                return
+            self._sleepers.append(event)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = self.poll_interval if deadline is None else min(self.poll_interval, deadline - time.monotonic())
+            if event.wait(max(0.0, wait)):
+                return  # woken: wake() took it off the list
+            with self._wake_up:
+                if event.is_set():
+                    return
+                if (self._stopping.is_set() or (deadline is not None and time.monotonic() >= deadline)
+                        or not self._listening() or self._sleepers[-1] is event):
+                    self._sleepers.remove(event)
+                    return
 
     def _listening(self) -> bool:
         """NOTIFYs reach this worker now (its listener's session is up)."""
