@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import pwd
 import secrets
 import shutil
 import signal
@@ -117,6 +118,29 @@ class MariaDB:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+# Seconds before each bootstrap try.
+BOOTSTRAP_PAUSES = (0.0, 1.0, 3.0, 6.0)
+
+
+def _owners(user: "pwd.struct_passwd", *paths: Path) -> str:
+    """Who the server runs as and who owns its directories: what a "Permission denied" needs."""
+    lines = [f"server user {user.pw_name}: uid {user.pw_uid}, gid {user.pw_gid} (now: {_uid_now(user.pw_name)})"]
+    for path in paths:
+        try:
+            st = path.stat()
+            lines.append(f"{path}: uid {st.st_uid}, gid {st.st_gid}, mode {st.st_mode & 0o7777:o}")
+        except OSError as exc:
+            lines.append(f"{path}: {exc.strerror}")
+    return "\n".join(lines)
+
+
+def _uid_now(name: str) -> str:
+    try:
+        return str(pwd.getpwnam(name).pw_uid)
+    except KeyError:
+        return "no such user"
+
+
 def start(timeout: float = 60.0, extra_args: list[str] | None = None) -> MariaDB:
     """Install (if needed), initialise and start a private server; returns once it accepts the test user."""
     server, install_db = ensure_installed()
@@ -136,7 +160,11 @@ def start(timeout: float = 60.0, extra_args: list[str] | None = None) -> MariaDB
     os.chown(tmp, user.pw_uid, user.pw_gid)
     password = secrets.token_urlsafe(24)
     failures: list[str] = []
-    for _ in range(2):  # a bootstrap that failed once (seen once, in a CI run right after boot) gets one more try
+    # A bootstrap that failed gets more tries, after a pause: seen once in a CI run right after boot,
+    # and on a fresh machine right after the test set-up installed the package (every bootstrap of the
+    # test processes, for a few seconds: "Permission denied" in its own data directory).
+    for pause in BOOTSTRAP_PAUSES:
+        time.sleep(pause)
         done = subprocess.run([install_db, "--no-defaults", f"--datadir={data}", f"--tmpdir={tmp}",
                                f"--user={user.pw_name}", "--auth-root-authentication-method=socket", "--skip-test-db",
                                "--skip-name-resolve"], capture_output=True, text=True, timeout=timeout)
@@ -144,13 +172,15 @@ def start(timeout: float = 60.0, extra_args: list[str] | None = None) -> MariaDB
             break
         # what the bootstrap said, with the server's own log lines if it left any in the data directory
         logs = "".join(f.read_text(errors="replace")[-1500:] for f in data.glob("*.err")) if data.exists() else ""
-        failures.append(f"exit {done.returncode}: {done.stdout[-1500:]}\n{done.stderr[-1500:]}\n{logs}")
+        failures.append(f"exit {done.returncode}: {done.stdout[-1500:]}\n{done.stderr[-1500:]}\n{logs}\n"
+                        f"{_owners(user, root, home, tmp, data)}")
         shutil.rmtree(data, ignore_errors=True)
     else:
         shutil.rmtree(root, ignore_errors=True)
-        raise RuntimeError("mariadb-install-db failed twice:\n" + "\n---\n".join(failures))
+        raise RuntimeError(f"mariadb-install-db failed {len(failures)} times:\n" + "\n---\n".join(failures))
     if failures:
-        warnings.warn(f"mariadb-install-db failed once, then worked: {failures[0][:2000]}", stacklevel=1)
+        warnings.warn(f"mariadb-install-db failed {len(failures)} time(s), then worked: {failures[0][:2000]}",
+                      stacklevel=1)
     port = free_port()
     log = home / "error.log"
     argv = (

@@ -46,7 +46,7 @@ def test_a_finishing_write_does_not_wait_for_a_locked_slot(app: skiplock.App, db
         holder.execute("SET lock_timeout = '5s'")
         with psycopg.connect(dsn, autocommit=True) as fin:  # the fenced finish, as the worker writes it
             fin.execute("SET lock_timeout = '2s'")
-            rows = fin.execute(app.backend.q["complete"], {  # type: ignore[attr-defined]
+            rows = fin.execute(app.backend.q["complete_claimed"], {  # type: ignore[attr-defined]
                 "id": job_id, "attempt": 1, "result": None, "started_at": None, "worker": "w", "owner": owner,
                 "notice": "x"}).fetchone()
             assert rows[0] == 1  # done, without waiting for the locked slot

@@ -27,10 +27,13 @@ def backlog(db):
     db.execute("ANALYZE skiplock.jobs")
 
 
-def _runs_keep_their_plans(app, one_run, lease_statement: str, bookkeeping_statement: str) -> None:
+def _runs_keep_their_plans(app, one_run, lease_statement: str, bookkeeping_statement: str,
+                           lease_custom: int = 0) -> None:
     """``one_run(backend, lease, bookkeeping)`` RUNS times, each ending its lease transaction; then
     the lease's and the bookkeeping session's statements named by those fragments were planned for
-    no run after psycopg prepared them (all generic), and the lease's setting ended with each."""
+    no run after psycopg prepared them (all generic) -- or, ``lease_custom`` 5, the lease's was
+    planned for the server's first five runs of the prepared statement only (``auto`` mode: it then
+    compares, and keeps the generic plan) -- and the lease's setting ended with each."""
     backend = app.backend
     lease = backend.connect_lease("skiplock-test")
     bookkeeping = backend.connect_bookkeeping()
@@ -40,9 +43,10 @@ def _runs_keep_their_plans(app, one_run, lease_statement: str, bookkeeping_state
             one_run(backend, lease, bookkeeping)
             assert lease.conn.execute("SHOW plan_cache_mode").fetchone()[0] == "auto"  # SET LOCAL ended
             lease.conn.commit()
-        for conn, fragment in ((lease.conn, lease_statement), (bookkeeping.conn, bookkeeping_statement)):
+        for conn, fragment, first_custom in ((lease.conn, lease_statement, lease_custom),
+                                             (bookkeeping.conn, bookkeeping_statement, 0)):
             generic, custom = _plans(conn, fragment)
-            assert custom == 0 and generic == RUNS - 5, (fragment, generic, custom)
+            assert custom == first_custom and generic == RUNS - 5 - first_custom, (fragment, generic, custom)
     finally:
         lease.close()
         bookkeeping.close()
@@ -70,7 +74,32 @@ def test_a_lone_jobs_attempt_and_finishing_write_keep_their_plans(app, backlog):
         assert backend.complete(lease.conn, job, attempt, None, datetime.now(timezone.utc), "w")
         lease.commit()
 
-    _runs_keep_their_plans(app, lone, "WITH p AS MATERIALIZED", 'INSERT INTO "skiplock".job_attempts')
+    # `complete` runs in auto mode (no SET LOCAL, one statement, no pipeline): its own text, not the
+    # claimed lease's with a NULL owner, so the generic plan costs what the custom ones do
+    _runs_keep_their_plans(app, lone, "WITH p AS MATERIALIZED", 'INSERT INTO "skiplock".job_attempts',
+                           lease_custom=5)
+
+
+def test_a_claimed_leases_finishing_write_keeps_its_plan(app, backlog):
+    """``complete_claimed`` (fenced on the owner): the server keeps its generic plan too."""
+    import uuid
+
+    backend = app.backend
+    lease = backend.connect_lease("skiplock-test")
+    try:
+        for _ in range(RUNS):
+            lease.begin()
+            job, = backend.claim(lease, ["default"], limit=1, tasks=["t"])
+            owner = uuid.uuid4()
+            assert backend.start_claimed(lease.conn, job, owner, 60.0, "w") is not None
+            lease.conn.commit()
+            assert backend.complete(lease.conn, job, 1, None, datetime.now(timezone.utc), "w", owner=owner)
+            assert not backend.complete(lease.conn, job, 1, None, datetime.now(timezone.utc), "w", owner=owner)
+            lease.conn.commit()
+        generic, custom = _plans(lease.conn, "AND owner = $")
+        assert custom == 5 and generic == 2 * RUNS - 10, (generic, custom)
+    finally:
+        lease.close()
 
 
 def test_a_handlers_statements_on_the_lease_are_planned_as_usual(app, backlog):

@@ -31,7 +31,7 @@ from ..base import ClaimedJob
 from .connecting import CLIENT_TCP, session_options, with_connect_timeout
 from .errors import translate
 from .lease import local_timeouts
-from .queries import with_limit
+from .queries import complete_statement, with_limit
 
 if TYPE_CHECKING:
     from .connections import PostgresConnections
@@ -234,7 +234,8 @@ class AsyncLeasing:
         """``complete`` on ``conn`` (the lease, not committed here) or, with None, fresh and committed."""
         params = {"id": job.id, "attempt": attempt, "result": result_json, "started_at": started_at,
                   "worker": worker, "owner": owner, "notice": self.backend.notice(job.id)}
-        row = (await self._on(conn, "complete", params))[0] if conn is not None else await self._fresh("complete", params)
+        name = complete_statement(owner)
+        row = (await self._on(conn, name, params))[0] if conn is not None else await self._fresh(name, params)
         return bool(row[0])
 
     async def complete_many(self, writes: Sequence[tuple[ClaimedJob, int, str | None, datetime, str, uuid.UUID]]) -> list[bool]:
@@ -242,14 +243,13 @@ class AsyncLeasing:
         each fenced on its own row's state and owner, sent in one round trip (pipeline) in one short
         transaction on a pooled connection, committed: all of them or, if that transaction fails, none
         (the caller then writes them one by one). Per write: True if it was written ``done``."""
-        q = self.q["complete"]
         async with self.lease() as conn:
             try:
                 curs = []
                 async with conn.pipeline():
                     for job, attempt, result, started_at, worker, owner in writes:
                         cur = conn.cursor(row_factory=tuple_row)
-                        await cur.execute(q, {"id": job.id, "attempt": attempt, "result": result,
+                        await cur.execute(self.q[complete_statement(owner)], {"id": job.id, "attempt": attempt, "result": result,
                                               "started_at": started_at, "worker": worker, "owner": owner,
                                               "notice": self.backend.notice(job.id)})
                         curs.append(cur)

@@ -18,7 +18,7 @@ from .connecting import row_of
 from .connections import PostgresConnections
 from .errors import translate
 from .lease import PostgresLease, PostgresSession, local_timeouts
-from .queries import with_limit
+from .queries import complete_statement, with_limit
 
 def _on_session(verb: Any) -> Any:
     """A verb whose first argument may be a backend session (lease.py): it runs on that session's
@@ -148,10 +148,9 @@ class Leasing(PostgresConnections):
         """False if the job was not written done (a cancellation was requested, or -- claimed lease --
         the lease is no longer ``owner``'s). ``conn`` None (claimed lease only: the fence is the lease,
         not a lock): a pooled connection, committed at once."""
-        # in the lease transaction, after the handler: with the plan the server keeps (queries.sql)
-        row = self._one("complete", {"id": job.id, "attempt": attempt, "result": result_json,
-                                     "started_at": started_at, "worker": worker, "owner": owner,
-                                     "notice": self.notice(job.id)}, conn, before="generic_plans")
+        row = self._one(complete_statement(owner), {
+            "id": job.id, "attempt": attempt, "result": result_json, "started_at": started_at, "worker": worker,
+            "owner": owner, "notice": self.notice(job.id)}, conn)
         return bool(row[0])
 
     @_on_session

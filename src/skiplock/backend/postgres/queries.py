@@ -88,6 +88,13 @@ LIMIT_PLACEHOLDER = "LIMIT %(limit)s"
 MAX_LITERAL_LIMIT = 1024
 
 
+def complete_statement(owner: object | None) -> str:
+    """The named statement that writes a job ``done``: ``complete`` under the transaction lease (no
+    owner: the row lock is the fence), ``complete_claimed`` under the claimed lease (fenced on
+    ``owner``). Two texts, so the server keeps one plan for each (queries.sql)."""
+    return "complete" if owner is None else "complete_claimed"
+
+
 def with_limit(statement: str, limit: int) -> str:
     """``statement`` (a claim ending in ``LIMIT %(limit)s``) with that limit written as an integer
     literal when it is a power of two up to ``MAX_LITERAL_LIMIT`` -- a worker's claim sizes -- and

@@ -192,13 +192,12 @@ UPDATE {schema}.job_batches SET ids = array_remove(ids, %(id)s::bigint)
  WHERE ids @> ARRAY[%(id)s::bigint] AND id <> %(batch)s;
 
 -- name: generic_plans
--- Sent, in the same round trip, before a lease transaction's finishing write (`complete`,
--- `complete_batch`), after its handlers have run: for the rest of the transaction a prepared
--- statement keeps one plan for every value. The server otherwise planned those writes anew at
--- almost every run (a plan made for a short array, or for a NULL owner, looks cheaper than the
--- generic one), at 0.3-0.5 ms of server CPU each; their plans are keyed lookups whatever the values
--- (tests/integration/test_plans_kept.py). SET LOCAL: it ends with the transaction, so no statement
--- of a handler ever runs under it.
+-- Sent, in the same round trip, before a batch's finishing write (`complete_batch`, itself sent with
+-- the COMMIT), after its handlers have run: for the rest of the transaction a prepared statement
+-- keeps one plan for every value. The server otherwise planned that write anew at almost every run
+-- (a plan made for a short array looks cheaper than the generic one), at 0.3-0.5 ms of server CPU
+-- each; its plan is keyed lookups whatever the values (tests/integration/test_plans_kept.py). SET
+-- LOCAL: it ends with the transaction, so no statement of a handler ever runs under it.
 SET LOCAL plan_cache_mode = force_generic_plan;
 
 -- name: complete_batch
@@ -226,11 +225,35 @@ SELECT ARRAY(SELECT id FROM upd),
          WHERE w.job_id IN (SELECT id FROM upd));
 
 -- name: complete
--- Inside the job's transaction: guarded on the state we claimed it in (a lost COMMIT reply followed
--- by a failure record can never turn a finished job back) and on the absence of a cancellation
--- request (a finishing write never overwrites a cancellation). Errors still pending in job_attempts
--- (an earlier attempt's, see `record_outcome`) are folded in as the row goes. NOTIFY only if someone
+-- Transaction lease, inside the job's transaction (which holds its row lock): guarded on the state
+-- we claimed it in -- still 'queued', no owner -- and on the absence of a cancellation request (a
+-- finishing write never overwrites a cancellation). Errors still pending in job_attempts (an
+-- earlier attempt's, see `record_outcome`) are folded in as the row goes. NOTIFY only if someone
 -- waits. Returns (rows written, notifications sent).
+-- Its own text, not `complete_claimed`'s with a NULL owner: every value here is a key or a column
+-- value, so the server keeps one plan for it (it planned the shared text anew at almost every run:
+-- a plan made for a NULL owner looked cheaper than the generic one; tests/integration/test_plans_kept.py).
+WITH p AS MATERIALIZED (SELECT (SELECT pending_errors FROM {schema}.job_attempts WHERE job_id = %(id)s) AS pending),
+upd AS (
+UPDATE {schema}.jobs
+   SET state = 'done', attempts = %(attempt)s, finished_at = clock_timestamp(), started_at = %(started_at)s,
+       result = %(result)s::jsonb, worker = %(worker)s, lease_expires_at = NULL,
+       errors = CASE WHEN p.pending IS NULL THEN errors ELSE {schema}.append_errors(errors, p.pending) END,
+       last_error = coalesce(p.pending -> -1 ->> 'error', last_error)
+  FROM p
+ WHERE id = %(id)s AND state = 'queued' AND owner IS NULL
+   AND NOT EXISTS (SELECT 1 FROM {schema}.job_cancellations c WHERE c.job_id = %(id)s)
+RETURNING id),
+gone AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM upd))
+SELECT count(*),
+       (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_waiters w
+         WHERE w.job_id IN (SELECT id FROM upd))
+  FROM upd;
+
+-- name: complete_claimed
+-- `complete` for the claimed lease: fenced on the lease -- still 'running' and still %(owner)s's --
+-- instead of a row lock; the flow-control slots this owner held are freed in the same statement
+-- (see `claim_flow`), without waiting for one some claim has locked meanwhile.
 WITH p AS MATERIALIZED (SELECT (SELECT pending_errors FROM {schema}.job_attempts WHERE job_id = %(id)s) AS pending),
 upd AS (
 UPDATE {schema}.jobs
@@ -239,18 +262,13 @@ UPDATE {schema}.jobs
        errors = CASE WHEN p.pending IS NULL THEN errors ELSE {schema}.append_errors(errors, p.pending) END,
        last_error = coalesce(p.pending -> -1 ->> 'error', last_error)
   FROM p
- WHERE id = %(id)s
-   -- transaction lease: still queued (we hold its lock); claimed lease: still running and still ours
-   AND state = CASE WHEN %(owner)s::uuid IS NULL THEN 'queued' ELSE 'running' END
-   AND owner IS NOT DISTINCT FROM %(owner)s::uuid
+ WHERE id = %(id)s AND state = 'running' AND owner = %(owner)s::uuid
    AND NOT EXISTS (SELECT 1 FROM {schema}.job_cancellations c WHERE c.job_id = %(id)s)
 RETURNING id),
 gone AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM upd)),
--- claimed lease: the flow-control slots this owner held are free again (see `claim_flow`)
 freed AS (UPDATE {schema}.flow_slots f SET owner = NULL
            WHERE (f.key, f.n) IN (SELECT key, n FROM {schema}.flow_slots
-                                   WHERE %(owner)s::uuid IS NOT NULL AND owner = %(owner)s::uuid
-                                     AND EXISTS (SELECT FROM upd)
+                                   WHERE owner = %(owner)s::uuid AND EXISTS (SELECT FROM upd)
                                      FOR UPDATE SKIP LOCKED))
 SELECT count(*),
        (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_waiters w
@@ -872,7 +890,7 @@ SELECT id, (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_wa
 --   Transaction lease: the slot's row lock, taken by `claim_flow` in the job's lease transaction,
 --   lasts exactly as long as the job's lease (released by the same COMMIT or rollback, by a killed
 --   session too). Claimed lease: `own_slots` writes the job's owner into its slots in the claim
---   transaction (one commit with the job's 'running' row); every path out of 'running' (complete,
+--   transaction (one commit with the job's 'running' row); every path out of 'running' (complete_claimed,
 --   record_outcome, rescue_expired, cancel_running) clears that owner's slots in the same statement,
 --   without waiting: a slot row some claim has locked meanwhile (a claim that found it owned only on
 --   re-checking its newest version keeps that lock until its own transaction ends) is skipped, and
