@@ -224,36 +224,10 @@ SELECT ARRAY(SELECT id FROM upd),
        (SELECT count(pg_notify('skiplock', %(prefix)s || w.job_id)) FROM {schema}.job_waiters w
          WHERE w.job_id IN (SELECT id FROM upd));
 
--- name: complete
--- Transaction lease, inside the job's transaction (which holds its row lock): guarded on the state
--- we claimed it in -- still 'queued', no owner -- and on the absence of a cancellation request (a
--- finishing write never overwrites a cancellation). Errors still pending in job_attempts (an
--- earlier attempt's, see `record_outcome`) are folded in as the row goes. NOTIFY only if someone
--- waits. Returns (rows written, notifications sent).
--- Its own text, not `complete_claimed`'s with a NULL owner: every value here is a key or a column
--- value, so the server keeps one plan for it (it planned the shared text anew at almost every run:
--- a plan made for a NULL owner looked cheaper than the generic one; tests/integration/test_plans_kept.py).
-WITH p AS MATERIALIZED (SELECT (SELECT pending_errors FROM {schema}.job_attempts WHERE job_id = %(id)s) AS pending),
-upd AS (
-UPDATE {schema}.jobs
-   SET state = 'done', attempts = %(attempt)s, finished_at = clock_timestamp(), started_at = %(started_at)s,
-       result = %(result)s::jsonb, worker = %(worker)s, lease_expires_at = NULL,
-       errors = CASE WHEN p.pending IS NULL THEN errors ELSE {schema}.append_errors(errors, p.pending) END,
-       last_error = coalesce(p.pending -> -1 ->> 'error', last_error)
-  FROM p
- WHERE id = %(id)s AND state = 'queued' AND owner IS NULL
-   AND NOT EXISTS (SELECT 1 FROM {schema}.job_cancellations c WHERE c.job_id = %(id)s)
-RETURNING id),
-gone AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM upd))
-SELECT count(*),
-       (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_waiters w
-         WHERE w.job_id IN (SELECT id FROM upd))
-  FROM upd;
-
--- name: complete_claimed
--- `complete` for the claimed lease: fenced on the lease -- still 'running' and still %(owner)s's --
--- instead of a row lock; the flow-control slots this owner held are freed in the same statement
--- (see `claim_flow`), without waiting for one some claim has locked meanwhile.
+-- fragment: complete_write
+-- The `done` write of `complete` and `complete_claimed`, up to its guard: errors still pending in
+-- job_attempts (an earlier attempt's, see `record_outcome`) are folded in as the row goes; the
+-- including statement continues with the row's guard (its WHERE) and then `complete_result`.
 WITH p AS MATERIALIZED (SELECT (SELECT pending_errors FROM {schema}.job_attempts WHERE job_id = %(id)s) AS pending),
 upd AS (
 UPDATE {schema}.jobs
@@ -262,6 +236,34 @@ UPDATE {schema}.jobs
        errors = CASE WHEN p.pending IS NULL THEN errors ELSE {schema}.append_errors(errors, p.pending) END,
        last_error = coalesce(p.pending -> -1 ->> 'error', last_error)
   FROM p
+
+-- fragment: complete_result
+-- The end of `complete` and `complete_claimed`: (rows written, notifications sent -- only if someone
+-- waits for the job).
+SELECT count(*),
+       (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_waiters w
+         WHERE w.job_id IN (SELECT id FROM upd))
+  FROM upd;
+
+-- name: complete
+-- Transaction lease, inside the job's transaction (which holds its row lock): guarded on the state
+-- we claimed it in -- still 'queued', no owner -- and on the absence of a cancellation request (a
+-- finishing write never overwrites a cancellation). Returns (rows written, notifications sent).
+-- Its own text, not `complete_claimed`'s with a NULL owner: every value here is a key or a column
+-- value, so the server keeps one plan for it (it planned the shared text anew at almost every run:
+-- a plan made for a NULL owner looked cheaper than the generic one; tests/integration/test_plans_kept.py).
+-- include: complete_write
+ WHERE id = %(id)s AND state = 'queued' AND owner IS NULL
+   AND NOT EXISTS (SELECT 1 FROM {schema}.job_cancellations c WHERE c.job_id = %(id)s)
+RETURNING id),
+gone AS (DELETE FROM {schema}.job_attempts WHERE job_id IN (SELECT id FROM upd))
+-- include: complete_result
+
+-- name: complete_claimed
+-- `complete` for the claimed lease: fenced on the lease -- still 'running' and still %(owner)s's --
+-- instead of a row lock; the flow-control slots this owner held are freed in the same statement
+-- (see `claim_flow`), without waiting for one some claim has locked meanwhile.
+-- include: complete_write
  WHERE id = %(id)s AND state = 'running' AND owner = %(owner)s::uuid
    AND NOT EXISTS (SELECT 1 FROM {schema}.job_cancellations c WHERE c.job_id = %(id)s)
 RETURNING id),
@@ -270,10 +272,7 @@ freed AS (UPDATE {schema}.flow_slots f SET owner = NULL
            WHERE (f.key, f.n) IN (SELECT key, n FROM {schema}.flow_slots
                                    WHERE owner = %(owner)s::uuid AND EXISTS (SELECT FROM upd)
                                      FOR UPDATE SKIP LOCKED))
-SELECT count(*),
-       (SELECT count(pg_notify('skiplock', %(notice)s)) FROM {schema}.job_waiters w
-         WHERE w.job_id IN (SELECT id FROM upd))
-  FROM upd;
+-- include: complete_result
 
 -- name: record_outcome
 -- Writes what the policy decided when a run did not complete: retry after a delay ('queued'),
