@@ -194,7 +194,14 @@ class Executor:
             attempt = claimed.attempts + 1
             if (task is None or claimed.id in suspects or claimed.id in cancels
                     or attempt > claimed.max_attempts):
-                outcome = self.run(lease, claimed, slot, batch=batch_id if claimed.id in suspects else None)
+                suspect = claimed.id in suspects
+                # A suspect runs alone, its batch's only job: its run is committed here, so that a
+                # COMMIT the server refuses (a deferred constraint its handler broke -- maybe what
+                # killed its batch) is its failed attempt, with that error (Completer.commit); the
+                # batch's row goes in a transaction of its own after it. Left to the batch's COMMIT,
+                # the refusal ended every attempt unrecorded, and the job "gave up: none finished".
+                outcome = self.run(lease, claimed, slot, batch=batch_id if suspect else None,
+                                   commit=suspect and len(batch) == 1)
             else:
                 job = make_job(claimed, attempt, slot, lease, take_savepoint)
                 outcome = self.handlers.handle(task, job, claimed, attempt, lease)
