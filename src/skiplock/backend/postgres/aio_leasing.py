@@ -249,9 +249,9 @@ class AsyncLeasing:
                 async with conn.pipeline():
                     for job, attempt, result, started_at, worker, owner in writes:
                         cur = conn.cursor(row_factory=tuple_row)
-                        await cur.execute(self.q[complete_statement(owner)], {"id": job.id, "attempt": attempt, "result": result,
-                                              "started_at": started_at, "worker": worker, "owner": owner,
-                                              "notice": self.backend.notice(job.id)})
+                        await cur.execute(self.q[complete_statement(owner)], {
+                            "id": job.id, "attempt": attempt, "result": result, "started_at": started_at,
+                            "worker": worker, "owner": owner, "notice": self.backend.notice(job.id)})
                         curs.append(cur)
                 rows = [await cur.fetchone() for cur in curs]
                 await conn.commit()

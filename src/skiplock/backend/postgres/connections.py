@@ -296,20 +296,12 @@ class PostgresConnections:
 
     # ---- plumbing ----------------------------------------------------------------------------
 
-    def _one(self, name: str, params: dict[str, Any] | None = None, conn: Any = None,
-             before: str | None = None) -> Any:
+    def _one(self, name: str, params: dict[str, Any] | None = None, conn: Any = None) -> Any:
         """Run a named statement (on ``conn``, else a pooled connection); its first row or None.
-        ``before``: on ``conn``, a named statement sent first, in the same round trip (pipeline).
         Driver errors come out as skiplock errors either way."""
         if conn is not None:
             try:
-                cur = conn.cursor(row_factory=tuple_row)
-                if before is None:
-                    cur.execute(self.q[name], params)
-                else:
-                    with conn.pipeline():
-                        conn.execute(self.q[before])
-                        cur.execute(self.q[name], params)
+                cur = conn.cursor(row_factory=tuple_row).execute(self.q[name], params)
                 return cur.fetchone() if cur.description else None
             except psycopg.Error as exc:
                 raise translate(exc, self.dsn) from None
