@@ -102,7 +102,7 @@ def late_arrivals(app: skiplock.App, runs: psycopg.Connection[Any], backlog: lis
 
 
 def test_plain_jobs_are_not_starved_by_a_flow_backlog(dsn: str, runs: psycopg.Connection[Any]):
-    app = make_app(dsn, seconds=0.01)  # measured slow (over batch_budget / 10): one job per claim
+    app = make_app(dsn, seconds=0.02)  # measured slow (over batch_budget / 4): one job per claim
     order = late_arrivals(app, runs, [("fair_job", {"part": f"p{i % 10}"}, {"partition": f"p{i % 10}"})
                                       for i in range(500)], [("plain_job", {"part": "plain"}, {}) for _ in range(5)])
     last_plain = max(i for i, part in enumerate(order) if part == "plain")

@@ -80,7 +80,7 @@ def test_limits_hold_when_a_worker_is_killed(dsn: str, runs: psycopg.Connection[
 @pytest.mark.parametrize("kill", [False, True])
 def test_limits_hold_for_batched_flow_claims(dsn: str, runs: psycopg.Connection[Any], spawn: Any, kill: bool) -> None:
     """With a batch budget of 1 s the batching policy counts the 20 ms handlers as fast (under a
-    tenth of the budget) and claims them in batches: several flow-controlled jobs share one lease
+    quarter of the budget) and claims them in batches: several flow-controlled jobs share one lease
     transaction (`claim_flow` with a limit > 1), each with its own slots, held to the batch's COMMIT
     -- the limits still hold, with a SIGKILL mid-drain too, and batches did run."""
     with skiplock.App(dsn) as producer:

@@ -107,6 +107,24 @@ def test_a_cancellation_requested_while_a_batch_runs_wins_over_done(app, db, dsn
     assert db.execute("SELECT count(*) FROM skiplock.job_cancellations").fetchone()[0] == 0
 
 
+def test_jobs_a_quarter_of_the_budget_long_are_batched_and_longer_ones_are_not(app, db):
+    """A task is fast -- batched -- when at least four of its jobs fit in the batch budget
+    (``batch_budget / 4`` at the first quartile of its recent runs): 40 ms jobs with a 0.25 s budget
+    share transactions; 100 ms jobs (over a quarter) each commit alone. Before, the line was a tenth
+    of the budget, and jobs like the 40 ms ones ran alone, a claim and a COMMIT each."""
+    app.task(name="medium")(lambda job: time.sleep(0.04))
+    app.task(name="long")(lambda job: time.sleep(0.1))
+    medium = app.enqueue_many([("medium", {})] * 60)
+    stats = run_until_empty(app, concurrency=1, batch_size=8, batch_budget=0.25)
+    assert stats.done == 60
+    groups = batches_of(db, medium)
+    assert max(len(g) for g in groups) >= 4, groups  # measured fast after its first runs: batched
+    long = app.enqueue_many([("long", {})] * 20)
+    stats = run_until_empty(app, concurrency=1, batch_size=8, batch_budget=0.25)
+    assert stats.done == 20
+    assert all(len(g) == 1 for g in batches_of(db, long))
+
+
 def test_slow_jobs_are_claimed_one_at_a_time(app):
     """Four slow jobs and four slots: they must all run at once (a barrier of four). A slot that
     claimed all four and ran them one after another would break the barrier."""

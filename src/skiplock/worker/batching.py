@@ -10,7 +10,7 @@ patching internals):
 - **which jobs run alone** (``alone``): claimed-lease tasks (they commit the claim), tasks with a
   ``timeout`` (a timeout ends the whole session), and tasks not (yet) measured fast -- a handler
   that has not run in this worker, or whose recent runs took more than ``fast_seconds``
-  (``batch_budget / 10``) at their first quartile (of its last ``RUNS_KEPT``: runs stretched by a
+  (``batch_budget / 4``: at least four of its jobs fit in a batch) at their first quartile (of its last ``RUNS_KEPT``: runs stretched by a
   machine short of CPU do not make a fast task slow): a slow job in a batch would hold its
   batch-mates' locks while it runs;
 - **how many jobs a claim takes** (:class:`ClaimSize`, one per slot): starts at 1 and doubles up to
@@ -45,8 +45,15 @@ DEFAULT_BATCH_SIZE = 32
 # While other slots are idle, a claim takes no more jobs than start within this many seconds of it
 # (BatchPolicy.share).
 DEFAULT_BATCH_WAIT = 0.016
-# How many of a task's recent handler times decide whether it is fast (their median).
+# How many of a task's recent handler times decide whether it is fast (their first quartile).
 RUNS_KEPT = 15
+# A task is fast (batched) when at least this many of its jobs fit in one batch budget. A job claimed
+# alone costs a claim, a COMMIT and their round trips, and on a virtual machine each round trip that
+# follows an idle wait costs several times its CPU (measured here: 64 µs of client CPU for a prepared
+# SELECT run back to back, 418 µs after a 10 ms sleep). With a tenth of the budget (5 ms), 10 ms jobs ran
+# alone: 1 process x 16 / 64 / 256 slots drained 3,000 of them at 266 / 453 / 412 jobs/s; batched (a
+# quarter: 12.5 ms), at 590 / 636 / 894 (docs/benchmarks.md, "Session 14").
+FAST_SHARE = 4
 
 
 def power_of_two_below(n: int) -> int:
@@ -127,7 +134,7 @@ class BatchPolicy:
         self.batch_slots = batch_slots
         self.batch_wait = None if batch_wait is None else float(batch_wait)
         self.instant_seconds = instant_seconds
-        self.fast_seconds = self.batch_budget / 10
+        self.fast_seconds = self.batch_budget / FAST_SHARE
         # A batch turn held this long is stuck (a batch of near-instant jobs takes milliseconds).
         self.stuck_after = max(1.0, 20 * self.batch_budget)
         self._runs: dict[str, deque[float]] = {}  # per task: its handler's last RUNS_KEPT run times
