@@ -24,15 +24,16 @@ def governor(slots: int = 64, **kw) -> tuple[Governor, Clock]:
 
 
 def window(g: Governor, clock: Clock, overhead: float, *, waited: bool = True, samples: int = 10,
-           batched: bool = False) -> int:
-    """One window: ``samples`` leases with this overhead per job (of batched tasks if ``batched``),
-    a slot waiting for a permit if ``waited``; returns the limit after the window closes."""
+           batched: bool = False, handler: float = 0.0) -> int:
+    """One window: ``samples`` leases with this overhead per job (of batched tasks if ``batched``)
+    and ``handler`` seconds of handler time per job, a slot waiting for a permit if ``waited``;
+    returns the limit after the window closes."""
     for _ in range(samples):
-        g.observe(overhead, batched=batched)
+        g.observe(overhead, batched=batched, handler=handler)
     if waited:
         g._waited = True  # what acquire() records when a slot finds every permit taken
     clock.now += 1.0
-    g.observe(overhead, batched=batched)  # the first sample of the next window closes this one
+    g.observe(overhead, batched=batched, handler=handler)  # the first sample of the next window closes this one
     return g.limit
 
 
@@ -92,6 +93,23 @@ def test_small_absolute_rises_are_not_contention():
     window(g, clock, 0.0002)
     before = g.limit
     assert window(g, clock, 0.0009) >= before   # 4.5x but under 2 ms more: not a reason to shrink
+
+
+def test_an_overhead_rise_small_beside_the_handlers_time_is_not_contention():
+    """The same rise of the overhead per job (2 ms to 5 ms: 2.5 x, 3 ms more) shrinks the limit for
+    near-instant jobs, where it is most of the lease, and not for 10 ms jobs, whose leases take 21 %
+    longer (under the tolerance of 30 %); 30 ms more for those does shrink it, in proportion to the
+    whole lease, not to the overhead alone."""
+    instant, clock = governor(slots=64, start=16, slack=0.002, tolerance=1.3)
+    window(instant, clock, 0.002)
+    before = instant.limit
+    assert window(instant, clock, 0.005) < before
+    ten, clock = governor(slots=64, start=16, slack=0.002, tolerance=1.3)
+    window(ten, clock, 0.002, handler=0.010)
+    before = ten.limit
+    assert window(ten, clock, 0.005, handler=0.010) >= before
+    after = window(ten, clock, 0.032, handler=0.010)
+    assert after < before and after >= int(before * 1.3 * 0.012 / 0.042)
 
 
 def test_long_jobs_whose_leases_give_few_samples_get_every_slot():

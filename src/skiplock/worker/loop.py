@@ -442,9 +442,11 @@ class Worker:
                                             self.stats.count(outcome)
                                         size.after(len(claimed), run)
                                         if run.outcomes:
+                                            jobs = len(run.outcomes)
+                                            handler = run.handler_seconds / jobs
                                             self.governor.observe(
-                                                (time.perf_counter() - began - run.handler_seconds)
-                                                / len(run.outcomes), batched=not executor.alone(claimed[0].task))
+                                                (time.perf_counter() - began - run.handler_seconds) / jobs,
+                                                batched=not executor.alone(claimed[0].task), handler=handler)
                                     except RunAlone:  # its transaction let go: claim again, holding the gate alone
                                         alone, started = True, set()
                                     finally:
