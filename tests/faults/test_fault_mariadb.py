@@ -76,7 +76,9 @@ def test_mariadb_sigkill_random_workers_during_a_run(lease: str, mdb: Db, produc
 
 def test_mariadb_kill_of_a_worker_session_mid_job(mdb: Db, producer: Any) -> None:
     # 0.3 s jobs: the job read from job_attempts is still the one in that session when KILL arrives
-    ids = producer.enqueue_many([("txn_effect", {"sleep": 0.3}) for _ in range(40)])
+    # 80 jobs on 4 slots: ~6 s of work, so the loop below (a try every 0.2 s) gets its kills in before the
+    # queue runs low even when the workers start late (with 40 jobs one CI run got only two)
+    ids = producer.enqueue_many([("txn_effect", {"sleep": 0.3}) for _ in range(80)])
     started = time.monotonic()
     procs = [mdb.worker(), mdb.worker()]
     killed: list[int] = []
@@ -94,7 +96,7 @@ def test_mariadb_kill_of_a_worker_session_mid_job(mdb: Db, producer: Any) -> Non
                 killed.append(int(found[0][0]))
             except Exception:  # noqa: BLE001 - that job finished meanwhile (1094: no such thread)
                 pass
-        time.sleep(0.3)
+        time.sleep(0.2)
     wait_for(lambda: mdb.unfinished(ids) == 0, 90, "every job to finish",
              on_timeout=lambda: f"{mdb.states(ids)}\n" + "\n".join(p.tail() for p in procs))
     alive = [p.alive() for p in procs]
