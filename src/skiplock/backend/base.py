@@ -76,8 +76,9 @@ class Lease(Session, Protocol):
     def rollback(self) -> None: ...
 
     def let_go(self) -> None:
-        """End a lease transaction that wrote nothing and locked no job (a claim that found none):
-        as ``rollback`` does, in whichever way the backend finds cheaper."""
+        """End a lease transaction that wrote nothing (a claim that found no job, or whose jobs it
+        lets go untouched: their row locks are released alike): as ``rollback`` does, in whichever
+        way the backend finds cheaper."""
         ...
 
     def savepoint(self) -> None: ...

@@ -22,11 +22,16 @@ class Bookkeeping:
         self._lock = threading.Lock()
         self._local = threading.local()
 
-    def run(self, op: "Callable[[Session], T]") -> T:
+    def run(self, op: "Callable[[Session], T]", *, again: bool = True) -> T:
         """Run ``op`` on this thread's session, reconnecting once if the session was lost (an error
-        of a live session -- a deadlock, say -- is raised: the session is fine)."""
+        of a live session -- a deadlock, say -- is raised: the session is fine). ``again=False``:
+        a lost session is not tried again, ConnectionLost is raised -- for the writes that mark a job
+        whose lease is held meanwhile (``start_attempt``, ``start_batch``): a session lost with the
+        server (a restart) took the lease with it, another worker may since have claimed and finished
+        the job, and a write sent again then would leave its attempt (or batch) row behind a
+        finished job. Raised, the slot ends its lease and starts over; the job runs again."""
         session: "Session | None" = getattr(self._local, "session", None)
-        for retry in (False, True):
+        for retry in ((False, True) if again else (True,)):
             if session is None or not session.alive():
                 session = self.backend.connect_bookkeeping()
                 with self._lock:

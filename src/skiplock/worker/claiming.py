@@ -116,7 +116,7 @@ class Claimer:
             elif len(claimed) > 1 and executor.alone(claimed[0].task):
                 # A job that runs alone came first: let the others (and their slots) go at once, take one.
                 size.alone()
-                lease.rollback()
+                lease.let_go()
                 claimed = flow.claim(lease, executor.bookkeeping, index, 1)
         except BaseException:
             if turn:
@@ -170,7 +170,7 @@ class Claimer:
             if len(claimed) > 1 and executor.alone(claimed[0].task):
                 # A job that runs alone came first: let the others go at once, take one.
                 size.alone()
-                lease.rollback()
+                lease.let_go()
                 lease.begin()
                 claimed = self.w.app.backend.claim(lease, self.w.queues, 1, tasks=self.w._claim_tasks)
         except BaseException:

@@ -157,7 +157,7 @@ class Executor:
         backend, completer = self.backend, self.completer
         started_at = batch[0].claimed_at
         batch_id, suspects, cancels = self.bookkeeping.run(
-            lambda c: backend.start_batch(c, batch, slot, lease.session_id))
+            lambda c: backend.start_batch(c, batch, slot, lease.session_id), again=False)
         if suspects:  # one may crash its worker: it runs alone, the jobs after it are released at COMMIT
             first = next(i for i, claimed in enumerate(batch) if claimed.id in suspects)
             batch = batch[:max(first, 1)]
@@ -240,7 +240,8 @@ class Executor:
         backend, write = self.backend, self.completer.write
 
         attempt, cancel_reason, unrecorded, suspect = self.bookkeeping.run(
-            lambda c: backend.start_attempt(c, claimed, slot, lease.session_id, self.alone_in_process, batch))
+            lambda c: backend.start_attempt(c, claimed, slot, lease.session_id, self.alone_in_process, batch),
+            again=False)  # (a session lost with the lease: not sent again, see Bookkeeping.run)
         if cancel_reason is not None:
             return write(lease, claimed, attempt - 1, Cancelled(cancel_reason), started_at, slot, False)
         if attempt > claimed.max_attempts:

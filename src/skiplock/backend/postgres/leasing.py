@@ -249,12 +249,25 @@ class Leasing(PostgresConnections):
         """The flow claim ``name`` (its jobs locked, each with its keys), then one free slot of each
         limited key of them all (``take_slots``, in the same transaction): two statements, each far
         cheaper than the one that did both (docs/flow-control.md, "What it costs")."""
-        rows = conn.execute(self.q[name], {
+        params = {
             "queue": fair_queue, "after": after, "limit": limit,
             "queues": None if queues is None else list(queues), "tasks": list(tasks),
             "lt_tasks": [t.task for t in limits], "lt_concurrency": [t.concurrency for t in limits],
             "lt_partition_by": [t.partition_by for t in limits], "lt_every": [t.every for t in limits],
-            "held_queues": list(held_queues), "held_tasks": list(held_tasks), "held": list(held)}).fetchall()
+            "held_queues": list(held_queues), "held_tasks": list(held_tasks), "held": list(held)}
+        if name != "claim_flow" or queues is None:
+            # A fair queue's claim, or the claim over every queue (jobs_claim_any_idx in order): the
+            # same index walk whatever the values, so it runs under its generic plan, kept
+            # (`generic_plan_for_claim`). claim_flow's limit is a literal (queries.with_limit).
+            text = with_limit(self.q[name], limit) if name == "claim_flow" else self.q[name]
+            cur = conn.cursor(row_factory=tuple_row)
+            with conn.pipeline():
+                conn.execute(self.q["generic_plan_for_claim"])
+                cur.execute(text, params)
+                conn.execute(self.q["plan_cache_mode_back"])
+            rows = cur.fetchall()
+        else:
+            rows = conn.execute(self.q[name], params).fetchall()
         if name == "claim_flow_fair_many":  # walk order (its `step`: the partitions' collation)
             rows = sorted(rows, key=lambda r: r[17])
         else:  # claim order: (priority, id)
