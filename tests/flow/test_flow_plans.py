@@ -42,7 +42,7 @@ def plan(dsn: str, query: str, values: dict[str, Any], analyze: bool = False,
 
     with psycopg.connect(dsn) as c:
         c.execute(sql.SQL("SET plan_cache_mode = {}").format(sql.Identifier(mode)))
-        c.execute("PREPARE claim AS " + re.sub(r"%\((\w+)\)s", positional, query).replace("%%", "%"))
+        c.execute("PREPARE claim AS " + re.sub(r"%\((\w+)\)[sb]", positional, query).replace("%%", "%"))
         options = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
         args = sql.SQL(", ").join(sql.Literal(values[n]) for n in names)
         rows = c.execute(sql.SQL("EXPLAIN ({}) EXECUTE claim({})").format(sql.SQL(options), args)).fetchone()[0]

@@ -115,7 +115,7 @@ def test_the_workers_claim_checks_the_task_on_index_entries_in_claim_order(app, 
         return f"${names.index(m.group(1)) + 1}"
 
     text = app.backend.q[query] if limit == "parameter" else with_limit(app.backend.q[query], limit)
-    sql = re.sub(r"%\((\w+)\)s", positional, text)
+    sql = re.sub(r"%\((\w+)\)[sb]", positional, text)
     values = {**args, "tasks": "ARRAY['t', 'u']", "limit": "1"}
     with db.cursor() as cur:
         cur.execute("PREPARE claim AS " + sql)

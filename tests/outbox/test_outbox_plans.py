@@ -29,7 +29,7 @@ def _prepare(cur, sql: str) -> list[str]:
         if name not in names:
             names.append(name)
         return f"${names.index(name) + 1}"
-    cur.execute("PREPARE q AS " + re.sub(r"%\((\w+)\)s", number, sql))
+    cur.execute("PREPARE q AS " + re.sub(r"%\((\w+)\)[sb]", number, sql))
     return names
 
 

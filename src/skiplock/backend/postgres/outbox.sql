@@ -1,5 +1,6 @@
 -- Every statement of the transactional outbox, by name (same format as queries.sql). `{schema}` is
 -- replaced with the quoted schema identifier once at load time; values are always bound parameters.
+-- Array parameters of the per-batch statements are sent in binary (`%(x)b`), as in queries.sql.
 
 -- name: lock_keys
 -- Per-key ordering, writer side. Taken in the producer's transaction before its insert and held to
@@ -9,7 +10,7 @@
 -- do not deadlock each other. The prefix carries the schema: two skiplock schemas never collide.
 SELECT pg_advisory_xact_lock(h)
   FROM (SELECT DISTINCT hashtextextended(%(prefix)s || k, 0) AS h
-          FROM unnest(%(keys)s::text[]) AS k
+          FROM unnest(%(keys)b::text[]) AS k
          ORDER BY h) AS ordered;
 
 -- name: put_many
@@ -22,8 +23,8 @@ SELECT pg_advisory_xact_lock(h)
 WITH ins AS (
 INSERT INTO {schema}.outbox (topic, key, payload, idempotency_key, max_attempts)
 SELECT topic, key, payload, idempotency_key, max_attempts
-  FROM unnest(%(topics)s::text[], %(keys)s::text[], %(payloads)s::text[]::jsonb[], %(idempotency_keys)s::text[],
-              %(max_attempts)s::int[])
+  FROM unnest(%(topics)b::text[], %(keys)b::text[], %(payloads)b::text[]::jsonb[], %(idempotency_keys)b::text[],
+              %(max_attempts)b::int[])
        WITH ORDINALITY AS m(topic, key, payload, idempotency_key, max_attempts, n)
  ORDER BY n
     ON CONFLICT (idempotency_key) DO NOTHING
@@ -131,7 +132,7 @@ UPDATE {schema}.outbox o
        finished_at = CASE WHEN r.state IN ('sent', 'failed') THEN clock_timestamp() END,
        last_error = coalesce(r.error, o.last_error),
        owner = NULL, lease_expires_at = NULL
-  FROM unnest(%(ids)s::bigint[], %(states)s::text[], %(delays)s::float8[], %(errors)s::text[])
+  FROM unnest(%(ids)b::bigint[], %(states)b::text[], %(delays)s::float8[], %(errors)b::text[])
        AS r(id, state, delay, error)
  WHERE o.id = r.id AND o.state = %(expect)s::text AND o.owner IS NOT DISTINCT FROM %(owner)s::text
 RETURNING o.id;
