@@ -23,36 +23,29 @@ def _lost_session(app: skiplock.App, db: psycopg.Connection) -> Bookkeeping:
     return book
 
 
-def test_a_lost_session_is_not_used_again_for_the_attempts_mark(app: skiplock.App, db: psycopg.Connection):
+@pytest.mark.parametrize("again", [False, True])
+def test_the_attempts_mark_is_not_sent_again_on_a_new_session(app: skiplock.App, db: psycopg.Connection,
+                                                              again: bool):
+    """``again=False`` (the attempt's mark): ConnectionLost, nothing written, and the next write gets a
+    new session; the default (every other write): sent again on a new session."""
     [job_id] = app.enqueue_many([("t", {})])
     lease = app.backend.connect_lease("x")
     book = _lost_session(app, db)
+
+    def attempts() -> int:
+        return int(db.execute("SELECT count(*) FROM skiplock.job_attempts WHERE job_id = %s", [job_id]).fetchone()[0])
+
     try:
         lease.begin()
         [claimed] = app.backend.claim(lease, None, 1)
-        with pytest.raises(ConnectionLost):
-            book.run(lambda c: app.backend.start_attempt(c, claimed, "w/0", lease.session_id, False), again=False)
-        assert db.execute("SELECT count(*) FROM skiplock.job_attempts WHERE job_id = %s",
-                          [job_id]).fetchone()[0] == 0
-        # the next write gets a new session
-        assert book.run(lambda c: app.backend.start_attempt(c, claimed, "w/0", lease.session_id, False),
-                        again=False)[0] == 1
-        lease.rollback()
-    finally:
-        book.close()
-        lease.close()
-
-
-def test_other_writes_are_sent_again_on_a_new_session(app: skiplock.App, db: psycopg.Connection):
-    [job_id] = app.enqueue_many([("t", {})])
-    lease = app.backend.connect_lease("x")
-    book = _lost_session(app, db)
-    try:
-        lease.begin()
-        [claimed] = app.backend.claim(lease, None, 1)
-        assert book.run(lambda c: app.backend.start_attempt(c, claimed, "w/0", lease.session_id, False))[0] == 1
-        assert db.execute("SELECT count(*) FROM skiplock.job_attempts WHERE job_id = %s",
-                          [job_id]).fetchone()[0] == 1
+        mark = lambda c: app.backend.start_attempt(c, claimed, "w/0", lease.session_id, False)  # noqa: E731
+        if again:
+            assert book.run(mark)[0] == 1 and attempts() == 1
+        else:
+            with pytest.raises(ConnectionLost):
+                book.run(mark, again=False)
+            assert attempts() == 0
+            assert book.run(mark, again=False)[0] == 1 and attempts() == 1  # the next write: a new session
         lease.rollback()
     finally:
         book.close()

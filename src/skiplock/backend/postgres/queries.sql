@@ -4,8 +4,9 @@
 -- statements: a line `-- include: x` in a statement is replaced by it (queries.py).
 -- Array parameters of the statements that run per batch or per enqueue are sent in binary
 -- (`%(x)b`): psycopg writes a text array in Python, quoting every element that holds a quote,
--- a backslash, a comma or a space with a regular expression -- about 30 µs an element for a job's
--- JSON args or result or a flow key, 17 x the binary form (measured: 33 flow keys 976 against 56 µs).
+-- a backslash, a comma or a space with a regular expression -- many times the binary form's cost for
+-- a job's JSON args or result or a flow key (33 flow keys: 976 against 56 µs; docs/benchmarks.md,
+-- "Session 15").
 
 -- name: schema_version
 SELECT max(version) FROM {schema}.schema_version;
