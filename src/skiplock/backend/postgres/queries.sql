@@ -1385,6 +1385,16 @@ SELECT j.queue, count(*) AS ready, min(j.run_at) AS oldest_run_at, now() - min(j
 -- The next statements of this transaction are ended by the server past %(ms)s milliseconds.
 SELECT set_config('statement_timeout', %(ms)s, true);
 
+-- name: dash_walk_indexes
+-- Sent before the queue summary's two statements, in their transaction: no sequential scan of a
+-- table for the rest of it. Their lateral counts ("at most %(cap)s + 1 rows of this (state, queue)")
+-- have a LIMIT the planner cannot know, so it guesses a tenth of the pair's rows and then finds a
+-- sequential scan "until that many match" about as cheap as the walk of jobs_state_queue_idx
+-- whenever the visibility map is not all set (a busy table; a fresh one) -- and such a scan reads the
+-- whole table when the pair's rows are at its end (queued jobs behind a million done ones).
+-- tests/dashboard/test_scale.py checks both statements' plans with and without a vacuum.
+SELECT set_config('enable_seqscan', 'off', true);
+
 -- name: dash_throughput
 -- Jobs finished in the last %(seconds)s seconds, per minute: done, failed, cancelled. Reads a range
 -- of jobs_finished_idx (finished_at of finished rows), so it is bounded by the jobs finished in that

@@ -56,6 +56,12 @@ class PostgresReads:
         except psycopg.Error as exc:
             raise translate(exc, self.dsn) from None
 
+    def summary_preamble(self, conn: Any) -> None:
+        """What the queue summary's transaction sends before its statements: the dashboard's timeout,
+        and index walks only (queries.sql, ``dash_walk_indexes``)."""
+        conn.execute(self.q["dash_timeout"], {"ms": str(int(self.dashboard_timeout_ms))})
+        conn.execute(self.q["dash_walk_indexes"])
+
     def find_jobs(self, flt: Mapping[str, Any], before: int | None, limit: int) -> list[dict[str, Any]]:
         """Jobs matching ``flt`` (keys of FILTER_KEYS, None: any), newest first, ids below ``before``."""
         return self._bounded("dash_find_jobs", _filter_params(flt, before, limit), dicts=True)
@@ -78,7 +84,7 @@ class PostgresReads:
         params = {"cap": int(cap)}
         try:
             with self._conn() as conn, conn.transaction():
-                conn.execute(self.q["dash_timeout"], {"ms": str(int(self.dashboard_timeout_ms))})
+                self.summary_preamble(conn)
                 counts = [tuple(r) for r in conn.execute(self.q["dash_state_counts"], params).fetchall()]
                 heads = [tuple(r) for r in conn.execute(self.q["dash_queue_heads"], params).fetchall()]
                 estimates: list[tuple[Any, ...]] = []
