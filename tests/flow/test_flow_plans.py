@@ -126,3 +126,31 @@ def test_the_fair_batch_claim_reads_per_partition_not_per_backlog(app: skiplock.
     # four partitions after "a" (p0..p3; five from None): a descent each plus the end of the walk, and
     # a descent each to lock its first job
     assert read <= 50, (backlog, after, read, json.dumps(root)[:3000])
+
+
+@pytest.mark.parametrize("mode", PLANS)
+@pytest.mark.parametrize("backlog", [5000, 50000])
+def test_the_flow_claim_of_one_queue_walks_that_queues_entries_only(app: skiplock.App, dsn: str, backlog: int,
+                                                                    mode: str):
+    """A worker of one queue sends `claim_flow_of_queue` (its generic plan kept): the walk of
+    jobs_claim_idx from the queue's first entry -- the queue an index condition in the generic plan as
+    in a custom one, so the claim reads the same pages whatever the backlog of the other queues
+    (`claim_flow`'s `queues IS NULL OR queue = ANY(queues)` is a filter in its generic plan: it walked
+    every queue's jobs)."""
+    with psycopg.connect(dsn) as c:
+        c.execute("INSERT INTO skiplock.jobs (queue, task, args, priority) "
+                  "SELECT 'big', 't', jsonb_build_object('customer', g %% 50), 0 FROM generate_series(1, %s) g",
+                  [backlog])
+        c.execute("INSERT INTO skiplock.jobs (queue, task, args, priority) "
+                  "SELECT 'small', 't', jsonb_build_object('customer', g % 50), 0 FROM generate_series(1, 40) g")
+        c.execute("ANALYZE skiplock.jobs")
+    root = plan(dsn, with_limit(app.backend.q["claim_flow_of_queue"], 32), params(queue="small"), analyze=True,
+                mode=mode)
+    scans = job_scans(root)
+    assert scans[0]["Node Type"] == "Index Scan" and scans[0]["Index Name"] == "jobs_claim_idx", json.dumps(root)[:3000]
+    assert "queue = " in scans[0]["Index Cond"] and "task = ANY" in scans[0]["Index Cond"], scans[0]
+    assert not [n for n in nodes(root) if n["Node Type"] == "Sort" and job_scans(n)]
+    assert sum(n.get("Actual Rows", 0) for n in scans[:1]) == 32
+    read = sum(n.get("Shared Hit Blocks", 0) + n.get("Shared Read Blocks", 0) for n in scans)
+    # the descent to "small" and its 32 rows (a few heap pages): the same for 5,000 or 50,000 in "big"
+    assert read <= 20, (backlog, read, json.dumps(root)[:3000])

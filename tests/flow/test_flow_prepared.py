@@ -51,14 +51,14 @@ def test_flow_claims_that_run_nothing_keep_the_slots_prepared_statements(app: sk
         other.close()
 
 
-@pytest.mark.parametrize("claim", ["claim_flow", "claim_flow_fair_many"])
+@pytest.mark.parametrize("claim", ["claim_flow", "claim_flow_of_queue", "claim_flow_fair_many"])
 def test_a_prepared_flow_claim_keeps_its_plan(app: skiplock.App, dsn: str, db: psycopg.Connection, claim: str):
     """With a backlog and real statistics, the server keeps one plan for a flow batch claim after its
     first runs, as it does for the plain claim (tests/integration/test_claim_protocol.py): the limit
     is a literal (``with_limit``), the keys held back and the fair cursor are written so that the
     generic plan is the same index walk as the custom ones (tests/flow/test_flow_plans.py), and the
-    claim over every queue runs under its generic plan (``generic_plan_for_claim``). Before, every
-    flow claim was planned anew."""
+    claim over every queue, or of one queue, runs under its generic plan (``generic_plan_for_claim``).
+    Before, every flow claim was planned anew."""
     app.set_queue_limits("fq", fair=True)
     app.set_queue_limits("lq", concurrency=50)
     db.execute("INSERT INTO skiplock.jobs (queue, task, args, partition, priority) "
@@ -72,6 +72,8 @@ def test_a_prepared_flow_claim_keeps_its_plan(app: skiplock.App, dsn: str, db: p
         for _ in range(20):
             if claim == "claim_flow":
                 got = app.backend.claim_flow_many(conn, 32, None, ["t"], limits)  # a worker of every queue
+            elif claim == "claim_flow_of_queue":
+                got = app.backend.claim_flow_many(conn, 32, ["lq"], ["t"], limits)  # a worker of one queue
             else:
                 got = app.backend.claim_flow_fair_many(conn, 32, "fq", after, ["u"], limits)
                 after = got[-1][2]

@@ -255,11 +255,14 @@ class Leasing(PostgresConnections):
             "lt_tasks": [t.task for t in limits], "lt_concurrency": [t.concurrency for t in limits],
             "lt_partition_by": [t.partition_by for t in limits], "lt_every": [t.every for t in limits],
             "held_queues": list(held_queues), "held_tasks": list(held_tasks), "held": list(held)}
+        if name == "claim_flow" and queues is not None and len(params["queues"]) == 1:
+            name, params["queue"] = "claim_flow_of_queue", params["queues"][0]
         if name != "claim_flow" or queues is None:
-            # A fair queue's claim, or the claim over every queue (jobs_claim_any_idx in order): the
-            # same index walk whatever the values, so it runs under its generic plan, kept
-            # (`generic_plan_for_claim`). claim_flow's limit is a literal (queries.with_limit).
-            text = with_limit(self.q[name], limit) if name == "claim_flow" else self.q[name]
+            # A fair queue's claim, the claim of one queue (jobs_claim_idx from the queue's first
+            # entry) or over every queue (jobs_claim_any_idx): the same index walk whatever the
+            # values, so it runs under its generic plan, kept (`generic_plan_for_claim`). The
+            # limit of claim_flow and claim_flow_of_queue is a literal (queries.with_limit).
+            text = with_limit(self.q[name], limit) if name in ("claim_flow", "claim_flow_of_queue") else self.q[name]
             cur = conn.cursor(row_factory=tuple_row)
             with conn.pipeline():
                 conn.execute(self.q["generic_plan_for_claim"])

@@ -933,6 +933,28 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
        jsonb_build_array('queue', j.queue)::text, ql.concurrency, ql.every,
        j.partition
 
+-- fragment: claim_flow_rows
+-- `claim_flow`'s rows (and `claim_flow_of_queue`'s), before the test of their queue.
+SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at,
+       now() AS claimed_at, j.partition
+  FROM {schema}.jobs j
+ WHERE j.state = 'queued' AND j.run_at <= now() AND j.task = ANY(%(tasks)s::text[])
+
+-- fragment: claim_flow_filters
+-- `claim_flow`'s filters after the test of the queue (and `claim_flow_of_queue`'s).
+   -- the keys held back, each test behind an emptiness test run once per claim: `queue <> ALL($n)`
+   -- alone is estimated at ~0 rows when one value fills the column (one queue, one task), and the
+   -- generic plan then became a seq scan and a sort, so every claim was planned anew (0.4-0.6 ms)
+   AND (NOT EXISTS (SELECT FROM unnest(%(held_queues)s::text[])) OR j.queue <> ALL(%(held_queues)s::text[]))
+   AND (NOT EXISTS (SELECT FROM unnest(%(held_tasks)s::text[])) OR j.task <> ALL(%(held_tasks)s::text[]))
+   AND (j.task = ANY(%(lt_tasks)s::text[]) OR j.queue = ANY(ARRAY(SELECT queue FROM ql)))
+   -- paused queues, as the plain claims test them (once per claim, not a join per row)
+   AND (NOT EXISTS (SELECT FROM {schema}.paused_queues)
+        OR j.queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues)))
+   AND (cardinality(%(held)s::text[]) = 0
+        OR jsonb_build_array('task', j.task, coalesce(j.partition,
+             j.args ->> (SELECT lt.partition_by FROM lt WHERE lt.task = j.task), ''))::text <> ALL(%(held)s::text[]))
+
 -- name: claim_flow
 -- Lock up to %(limit)s available flow-controlled jobs (priority, id) of %(queues)s (NULL: every queue)
 -- and %(tasks)s, skipping the keys the caller found full or held back this round (%(held_queues)s,
@@ -959,29 +981,33 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
 --   one is claimed alone).
 -- include: flow_limits
 j AS MATERIALIZED (
-SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at,
-       now() AS claimed_at, j.partition
-  FROM {schema}.jobs j
- WHERE j.state = 'queued' AND j.run_at <= now() AND j.task = ANY(%(tasks)s::text[])
+-- include: claim_flow_rows
    AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
-   -- the keys held back, each test behind an emptiness test run once per claim: `queue <> ALL($n)`
-   -- alone is estimated at ~0 rows when one value fills the column (one queue, one task), and the
-   -- generic plan then became a seq scan and a sort, so every claim was planned anew (0.4-0.6 ms)
-   AND (NOT EXISTS (SELECT FROM unnest(%(held_queues)s::text[])) OR j.queue <> ALL(%(held_queues)s::text[]))
-   AND (NOT EXISTS (SELECT FROM unnest(%(held_tasks)s::text[])) OR j.task <> ALL(%(held_tasks)s::text[]))
-   AND (j.task = ANY(%(lt_tasks)s::text[]) OR j.queue = ANY(ARRAY(SELECT queue FROM ql)))
-   -- paused queues, as the plain claims test them (once per claim, not a join per row)
-   AND (NOT EXISTS (SELECT FROM {schema}.paused_queues)
-        OR j.queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues)))
-   AND (cardinality(%(held)s::text[]) = 0
-        OR jsonb_build_array('task', j.task, coalesce(j.partition,
-             j.args ->> (SELECT lt.partition_by FROM lt WHERE lt.task = j.task), ''))::text <> ALL(%(held)s::text[]))
+-- include: claim_flow_filters
  ORDER BY j.priority, j.id
  LIMIT %(limit)s
    FOR UPDATE OF j SKIP LOCKED)
 -- include: flow_job_keys
   FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue;
   -- (the caller puts the rows in (priority, id) order: no sort over the claim here)
+
+-- name: claim_flow_of_queue
+-- `claim_flow` for a worker of one queue (%(queue)s), the same but for the queue's test: an equality,
+-- so the plan the server keeps for it (it runs under its generic plan, `generic_plan_for_claim`) is
+-- the walk of jobs_claim_idx from the queue's first entry, whatever the name. `claim_flow`'s
+-- `%(queues)s IS NULL OR queue = ANY(%(queues)s)` is a filter in its generic plan (a walk of
+-- jobs_claim_any_idx over every queue's jobs), so a worker given its queues plans `claim_flow` anew
+-- at each run (its custom plans pick jobs_claim_idx); one of one queue no longer does.
+-- include: flow_limits
+j AS MATERIALIZED (
+-- include: claim_flow_rows
+   AND j.queue = %(queue)s
+-- include: claim_flow_filters
+ ORDER BY j.priority, j.id
+ LIMIT %(limit)s
+   FOR UPDATE OF j SKIP LOCKED)
+-- include: flow_job_keys
+  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue;
 
 -- name: claim_flow_fair
 -- `claim_flow` for one fair queue (queue_limits.fair), round-robin across its partitions: the first
@@ -1085,9 +1111,10 @@ SELECT c.*, w.step
 -- descents of jobs_fair_idx, whatever the values (tests/flow/test_flow_plans.py). Left to itself the
 -- server planned them anew at every run (0.4-1.9 ms of server CPU per claim, more than running
 -- it): the generic plan's estimate charges filters that a plan made for the values drops (no key
--- held back: `cardinality(held) = 0` is true), so it looked costlier than a custom one. (For
--- `claim_flow` of given queues the custom plans are kept: one made for the queue names may pick
--- jobs_claim_idx.)
+-- held back: `cardinality(held) = 0` is true), so it looked costlier than a custom one. Also sent
+-- with `claim_flow_of_queue` (a worker of one queue: the walk of jobs_claim_idx from the queue's
+-- first entry). For `claim_flow` of several given queues the custom plans are kept: one made for
+-- the queue names may pick jobs_claim_idx.
 -- The session's own setting is kept in a placeholder variable and put back, both transaction-local
 -- (is_local): no statement of a handler runs under this setting, and a ROLLBACK ends it too.
 SELECT set_config('skiplock.plan_cache_mode', current_setting('plan_cache_mode'), true),
