@@ -1,8 +1,10 @@
-"""Helpers shared by the test folders: polling with a deadline and running the real CLI."""
+"""Helpers shared by the test folders: polling with a deadline, running the real CLI, and a named
+statement's text for PREPARE (the plan tests)."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -94,3 +96,18 @@ def kill_all(procs: Sequence[ChildProcess]) -> None:
             p.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+
+
+def positional(statement: str) -> tuple[str, list[str]]:
+    """``statement`` (psycopg's ``%(name)s`` / ``%(name)b`` placeholders) with ``$n`` ones, for
+    ``PREPARE``, and the names in ``$n`` order: a plan test then runs ``EXPLAIN EXECUTE`` of it, the
+    plan a prepared statement runs (an EXPLAIN sent with bound values is planned for those values,
+    whatever ``plan_cache_mode`` says)."""
+    names: list[str] = []
+
+    def number(match: "re.Match[str]") -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    return re.sub(r"%\((\w+)\)[sb]", number, statement).replace("%%", "%"), names

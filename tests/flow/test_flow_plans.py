@@ -7,7 +7,6 @@ claim, measured with EXPLAIN ANALYZE at two backlog sizes: 5,000 and 50,000 jobs
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import psycopg
@@ -16,6 +15,8 @@ from psycopg import sql
 
 import skiplock
 from skiplock.backend.postgres.queries import with_limit
+
+from support import positional
 
 LIMITS = {"lt_tasks": ["t"], "lt_concurrency": [2], "lt_partition_by": ["customer"], "lt_every": [None]}
 PLANS = ["force_generic_plan", "force_custom_plan"]
@@ -33,16 +34,10 @@ def plan(dsn: str, query: str, values: dict[str, Any], analyze: bool = False,
     """The plan of ``query`` as a prepared statement runs it under ``mode``: PREPARE, then EXPLAIN
     EXECUTE with the values. (An EXPLAIN sent with bound parameters is planned for those values
     whatever plan_cache_mode says: it never showed the generic plan, which a worker's claims keep.)"""
-    names: list[str] = []
-
-    def positional(m: re.Match[str]) -> str:
-        if m.group(1) not in names:
-            names.append(m.group(1))
-        return f"${names.index(m.group(1)) + 1}"
-
+    text, names = positional(query)
     with psycopg.connect(dsn) as c:
         c.execute(sql.SQL("SET plan_cache_mode = {}").format(sql.Identifier(mode)))
-        c.execute("PREPARE claim AS " + re.sub(r"%\((\w+)\)[sb]", positional, query).replace("%%", "%"))
+        c.execute("PREPARE claim AS " + text)
         options = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
         args = sql.SQL(", ").join(sql.Literal(values[n]) for n in names)
         rows = c.execute(sql.SQL("EXPLAIN ({}) EXECUTE claim({})").format(sql.SQL(options), args)).fetchone()[0]

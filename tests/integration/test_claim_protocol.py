@@ -1,6 +1,5 @@
 """The seed's claim protocol through the backend: SKIP LOCKED, rollback as release, guarded writes."""
 
-import re
 from datetime import datetime, timezone
 
 import psycopg
@@ -8,6 +7,8 @@ import pytest
 
 from skiplock.backend.base import ClaimedJob
 from skiplock.backend.postgres.queries import with_limit
+
+from support import positional
 
 
 def _claim(app, conn) -> ClaimedJob | None:
@@ -107,15 +108,8 @@ def test_the_workers_claim_checks_the_task_on_index_entries_in_claim_order(app, 
     if paused:
         db.execute("INSERT INTO skiplock.paused_queues VALUES ('other')")
     db.execute("ANALYZE skiplock.jobs")
-    names: list[str] = []
-
-    def positional(m: re.Match) -> str:
-        if m.group(1) not in names:
-            names.append(m.group(1))
-        return f"${names.index(m.group(1)) + 1}"
-
     text = app.backend.q[query] if limit == "parameter" else with_limit(app.backend.q[query], limit)
-    sql = re.sub(r"%\((\w+)\)[sb]", positional, text)
+    sql, names = positional(text)
     values = {**args, "tasks": "ARRAY['t', 'u']", "limit": "1"}
     with db.cursor() as cur:
         cur.execute("PREPARE claim AS " + sql)

@@ -3,9 +3,9 @@ the generic plan a prepared statement runs with: a claim never sorts or scans th
 
 from __future__ import annotations
 
-import re
-
 import pytest
+
+from support import positional
 
 # case -> (its parameters as SQL literals, the index its plan must use: one of them); a case is a
 # statement's name, or "name:mode" for one statement run in several ways
@@ -20,16 +20,10 @@ CASES = {
 }
 
 
-def _prepare(cur, sql: str) -> list[str]:
+def _prepare(cur, statement: str) -> list[str]:
     """PREPARE the named statement with $n parameters; returns the parameter names in $n order."""
-    names: list[str] = []
-
-    def number(match: re.Match) -> str:
-        name = match.group(1)
-        if name not in names:
-            names.append(name)
-        return f"${names.index(name) + 1}"
-    cur.execute("PREPARE q AS " + re.sub(r"%\((\w+)\)[sb]", number, sql))
+    text, names = positional(statement)
+    cur.execute("PREPARE q AS " + text)
     return names
 
 

@@ -255,8 +255,8 @@ class Leasing(PostgresConnections):
             "lt_tasks": [t.task for t in limits], "lt_concurrency": [t.concurrency for t in limits],
             "lt_partition_by": [t.partition_by for t in limits], "lt_every": [t.every for t in limits],
             "held_queues": list(held_queues), "held_tasks": list(held_tasks), "held": list(held)}
-        if name == "claim_flow" and queues is not None and len(params["queues"]) == 1:
-            name, params["queue"] = "claim_flow_of_queue", params["queues"][0]
+        if name == "claim_flow" and queues is not None and len(queues) == 1:
+            name, params["queue"] = "claim_flow_of_queue", queues[0]
         if name != "claim_flow" or queues is None:
             # A fair queue's claim, the claim of one queue (jobs_claim_idx from the queue's first
             # entry) or over every queue (jobs_claim_any_idx): the same index walk whatever the
