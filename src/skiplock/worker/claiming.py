@@ -11,10 +11,13 @@ Guarantees:
   once and take that one.
 - Flow-controlled jobs (worker/flow.py) are claimed only by the flow claim, in batches as above (one
   at a time with a rate or from a weighted fair queue). When they may be waiting, each slot
-  alternates which claim it tries first and tries the other if it finds none; a flow claim that
-  found nothing is not tried first again for ``FLOW_REST_SECONDS`` while plain claims find work --
-  doubling with each flow claim in a row that finds nothing, up to ``PLAIN_REST_SECONDS`` -- and a
-  plain claim that found nothing not for ``PLAIN_REST_SECONDS`` while flow claims find work.
+  alternates which claim it tries first and tries the other if it finds none; after a flow claim
+  found nothing, no slot of the process tries the flow claim first for ``FLOW_REST_SECONDS`` while
+  plain claims find work -- doubling with each flow claim in a row that finds nothing, up to
+  ``PLAIN_REST_SECONDS`` -- and after a plain claim found nothing, none tries the plain claim first
+  for ``PLAIN_REST_SECONDS`` while flow claims find work. The rests are the process's, not each
+  slot's: an empty claim of one kind walks the other kind's waiting jobs on the claim index, so the
+  walks it costs per second do not grow with the slots (docs/flow-control.md, "Not done").
 - A full claim wakes two idle slots to look too (a burst reaches n slots in about log2(n) round trips).
 """
 
@@ -34,19 +37,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("skiplock.worker")
 
-# After a flow claim found nothing, a slot whose plain claims find work tries it first again only
-# after this long (an empty plain claim tries it at once); twice as long after each further flow
-# claim in a row that found nothing, up to PLAIN_REST_SECONDS. A fixed 50 ms cost a plain drain of
-# a worker whose app has any flow-controlled task more than a third of its throughput (with 8
-# slots taking turns at batches, a slot claims every 20-30 ms, so every other claim was an empty
-# flow claim holding the batch turn; measured, docs/flow-control.md "What it costs").
+# After a flow claim found nothing, the process's slots whose plain claims find work try it first
+# again only after this long (an empty plain claim tries it at once); twice as long after each
+# further flow claim in a row that found nothing, up to PLAIN_REST_SECONDS. A fixed 50 ms cost a
+# plain drain of a worker whose app has any flow-controlled task more than a third of its throughput
+# (with 8 slots taking turns at batches, a slot claims every 20-30 ms, so every other claim was an
+# empty flow claim holding the batch turn; measured, docs/flow-control.md "What it costs").
 FLOW_REST_SECONDS = 0.05
-# After a plain claim found nothing, a slot whose flow claims find work tries it first again only after
-# this long (an empty flow claim tries it at once). Longer than FLOW_REST_SECONDS: a slot draining a
-# flow backlog in batches claims every few hundred ms, and a plain claim first every other time cost
-# the flow drain half its throughput (measured, docs/flow-control.md); a plain job enqueued while every
-# slot is busy with flow jobs therefore waits up to about this long for its first claim.
-PLAIN_REST_SECONDS = 1.0
+# After a plain claim found nothing, the process's slots whose flow claims find work try it first
+# again only after this long (an empty flow claim tries it at once). Longer than FLOW_REST_SECONDS:
+# a slot draining a flow backlog in batches claims every few hundred ms, and a plain claim first
+# every other time cost the flow drain half its throughput (measured, docs/flow-control.md). A plain
+# job enqueued while every slot is busy with flow jobs waits up to about this long for its first
+# claim. (Per slot, with 1 s, a process of n slots made about n empty claims a second, each walking
+# the other kind's waiting jobs; per process, 4 a second whatever n.)
+PLAIN_REST_SECONDS = 0.25
 
 
 class Claimer:
@@ -56,9 +61,11 @@ class Claimer:
     def __init__(self, worker: "Worker"):
         self.w = worker
         self._flow_first: dict[int, bool] = {}  # per slot: which claim goes first next (they alternate)
-        self._flow_rest: dict[int, float] = {}  # per slot: no flow claim first before this (it found none)
-        self._plain_rest: dict[int, float] = {}  # per slot: no plain claim first before this (it found none)
-        self._flow_empty: dict[int, int] = {}  # per slot: flow claims in a row that found nothing
+        # the process's (every slot's; a float or int assignment is atomic under the GIL):
+        self._flow_rest = 0.0  # no flow claim first before this (one found none)
+        self._plain_rest = 0.0  # no plain claim first before this (one found none)
+        self._flow_empty = 0  # flow claims in a row that found nothing
+        self._plain_empty = False  # the last plain claim found nothing
         self.limits: dict[int, int] = {}  # per slot: how many jobs its last claim could take (BatchPolicy.share)
 
     def claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
@@ -73,26 +80,40 @@ class Claimer:
         plain = self.w._claim_tasks is None or bool(self.w._claim_tasks)
         first = self._flow_first[index] = not self._flow_first.get(index, False)
         now = time.monotonic()
-        if not plain or now < self._plain_rest.get(index, 0.0) or (first and now >= self._flow_rest.get(index, 0.0)):
+        if not plain or now < self._plain_rest or (first and now >= self._flow_rest):
+            if plain and self._flow_empty:
+                # the rest after an empty flow claim is over: this slot looks again, and the others
+                # keep to plain claims meanwhile (not a burst of empty flow claims, one per slot)
+                self._flow_rest = now + self._flow_rest_after(flow)
             claimed, turn = self._flow_claim(flow, lease, size, executor, index)
             if claimed or not plain:
                 return claimed, turn
-            # none: this slot's next claims are plain ones for a moment (while they find work, a flow
-            # claim that finds nothing would double their round trips); an empty plain claim still
-            # tries the flow claim at once (below)
-            empty = self._flow_empty[index] = self._flow_empty.get(index, 0) + 1
-            rest = min(FLOW_REST_SECONDS * 2 ** min(empty - 1, 16), PLAIN_REST_SECONDS)
-            due = flow.next_due()  # a key held back by its rate: not later than it may start again
-            self._flow_rest[index] = now + (rest if due is None else min(rest, max(due, FLOW_REST_SECONDS)))
+            # none: the process's next claims are plain ones for a moment (while they find work, a
+            # flow claim that finds nothing would double their round trips); an empty plain claim
+            # still tries the flow claim at once (below)
+            self._flow_empty += 1
+            self._flow_rest = now + self._flow_rest_after(flow)
             return self._plain_claim(lease, size, executor, index)
+        if self._plain_empty:  # likewise: one slot looks again after the rest, the others keep on
+            self._plain_rest = now + PLAIN_REST_SECONDS
         claimed, turn = self._plain_claim(lease, size, executor, index)
         if claimed:
+            if self._plain_empty:
+                self._plain_empty, self._plain_rest = False, 0.0
             return claimed, turn
         lease.let_go()
-        # none: likewise, this slot's next claims are flow claims for a moment (while they find work,
-        # a plain claim that finds nothing first would double their round trips and batch turns)
-        self._plain_rest[index] = now + PLAIN_REST_SECONDS
+        # none: likewise, the process's next claims are flow claims for a moment (while they find
+        # work, a plain claim that finds nothing first would double their round trips and batch turns)
+        self._plain_empty, self._plain_rest = True, now + PLAIN_REST_SECONDS
         return self._flow_claim(flow, lease, size, executor, index)
+
+    def _flow_rest_after(self, flow: FlowControl) -> float:
+        """How long no flow claim goes first after ``_flow_empty`` empty ones in a row: doubling from
+        FLOW_REST_SECONDS up to PLAIN_REST_SECONDS, and not past the time a key held back by its rate
+        may start again."""
+        rest = min(FLOW_REST_SECONDS * 2 ** min(max(self._flow_empty - 1, 0), 16), PLAIN_REST_SECONDS)
+        due = flow.next_due()
+        return rest if due is None else min(rest, max(due, FLOW_REST_SECONDS))
 
     def _flow_claim(self, flow: FlowControl, lease: "Lease", size: ClaimSize, executor: Executor,
                     index: int) -> tuple[list[Any], bool]:
@@ -123,7 +144,7 @@ class Claimer:
                 self.w.batching.give_turn(index)
             raise
         if claimed:
-            self._flow_empty[index] = 0
+            self._flow_empty, self._flow_rest = 0, 0.0
             self.w.wake(every=False, slots=2)
         if turn and len(claimed) <= 1:  # no batch to run: the turn is someone else's
             self.w.batching.give_turn(index)
