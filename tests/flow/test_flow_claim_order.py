@@ -11,12 +11,14 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from support import wait_for
 
 import skiplock
+from skiplock.worker import claiming
 from skiplock.worker.batching import WholeBatches
 from skiplock.worker.claiming import PLAIN_REST_SECONDS
 
@@ -154,4 +156,32 @@ def test_a_flow_job_is_not_starved_by_a_plain_backlog(dsn: str, runs: psycopg.Co
     order = late_arrivals(app, runs, [("plain_job", {"part": "plain"}, {}) for _ in range(600)],
                           [("fair_job", {"part": "fair"}, {"partition": "p1"})])
     assert order.index("fair") < len(order) - 150, (order.index("fair"), len(order))  # well before the end
+    app.close()
+
+
+@pytest.mark.parametrize("kind", ["flow", "plain"])
+def test_a_rest_lasts_at_least_the_last_empty_walk_over_its_share(dsn: str, runs: psycopg.Connection[Any],
+                                                                    monkeypatch: pytest.MonkeyPatch, kind: str):
+    """An empty claim of one kind walks the other kind's waiting jobs (a cost that grows with them),
+    so the rest after it is at least its duration / ``WALK_SHARE``. With a share so small that any
+    claim's duration makes the rest outlast the drain, the empty claims of the other kind are only
+    the first look of each slot (before any rest) -- with the share's default, about 4 a second."""
+    monkeypatch.setattr(claiming, "WALK_SHARE", 1e-6)  # a 0.1 ms claim: a rest of 100 s
+    jobs, size, slots = 1200, 4, 4
+    app = make_app(dsn)
+    if kind == "flow":  # a plain drain: the empty claims are flow claims
+        backlog = [("plain_job", {"part": "plain"}, {}) for _ in range(jobs)]
+    else:  # a fair drain: the empty claims are plain ones
+        backlog = [("fair_job", {"part": f"p{i % 20}"}, {"partition": f"p{i % 20}"}) for i in range(jobs)]
+    elapsed, spans = drain_traced(app, runs, backlog, size, slots=slots)
+    name = "skiplock flow claim" if kind == "flow" else "skiplock claim"
+    empty = [s for s in spans if s.name == name]
+    assert all(s.attributes["skiplock.claimed"] == 0 for s in empty)
+    # an empty claim of the other kind (every job held by other slots) tries this kind at once, rest
+    # or not; besides those: each slot's first look, those under way when the first rest began, and
+    # the idle slots' at the end
+    other = "skiplock claim" if kind == "flow" else "skiplock flow claim"
+    at_once = [s for s in spans if s.name == other and s.attributes["skiplock.claimed"] == 0]
+    assert len(empty) <= 2 * slots + len(at_once), (len(empty), len(at_once), elapsed)
+    assert runs.execute("SELECT count(DISTINCT job_id) FROM flow_runs").fetchone()[0] == jobs
     app.close()

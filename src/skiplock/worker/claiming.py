@@ -17,7 +17,9 @@ Guarantees:
   ``PLAIN_REST_SECONDS`` -- and after a plain claim found nothing, none tries the plain claim first
   for ``PLAIN_REST_SECONDS`` while flow claims find work. The rests are the process's, not each
   slot's: an empty claim of one kind walks the other kind's waiting jobs on the claim index, so the
-  walks it costs per second do not grow with the slots (docs/flow-control.md, "Not done").
+  walks it costs per second do not grow with the slots (docs/flow-control.md, "Not done"); and a
+  rest lasts at least the last empty walk of its kind over ``WALK_SHARE``, so those walks take at
+  most about that share of the process's time however long they get.
 - A full claim wakes two idle slots to look too (a burst reaches n slots in about log2(n) round trips).
 """
 
@@ -52,6 +54,11 @@ FLOW_REST_SECONDS = 0.05
 # claim. (Per slot, with 1 s, a process of n slots made about n empty claims a second, each walking
 # the other kind's waiting jobs; per process, 4 a second whatever n.)
 PLAIN_REST_SECONDS = 0.25
+# An empty claim of one kind walks the other kind's waiting jobs on the claim index (a cost that
+# grows with them: docs/flow-control.md, "Not done"), so a rest is also at least the time the last
+# empty claim of its kind took divided by this share: such walks take at most about this share of
+# the process's time, however long the backlog makes them (a 250 ms walk: a rest of 5 s).
+WALK_SHARE = 0.05
 
 
 class Claimer:
@@ -66,6 +73,9 @@ class Claimer:
         self._plain_rest = 0.0  # no plain claim first before this (one found none)
         self._flow_empty = 0  # flow claims in a row that found nothing
         self._plain_empty = False  # the last plain claim found nothing
+        self._flow_walk = 0.0  # seconds the last flow claim that found nothing took
+        self._plain_walk = 0.0  # seconds the last plain claim that found nothing took
+        self._took: dict[int, float] = {}  # per slot: seconds its last claim statement(s) took
         self.limits: dict[int, int] = {}  # per slot: how many jobs its last claim could take (BatchPolicy.share)
 
     def claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
@@ -92,10 +102,11 @@ class Claimer:
             # flow claim that finds nothing would double their round trips); an empty plain claim
             # still tries the flow claim at once (below)
             self._flow_empty += 1
+            self._flow_walk = self._took.get(index, 0.0)
             self._flow_rest = now + self._flow_rest_after(flow)
             return self._plain_claim(lease, size, executor, index)
         if self._plain_empty:  # likewise: one slot looks again after the rest, the others keep on
-            self._plain_rest = now + PLAIN_REST_SECONDS
+            self._plain_rest = now + self._plain_rest_after()
         claimed, turn = self._plain_claim(lease, size, executor, index)
         if claimed:
             if self._plain_empty:
@@ -104,14 +115,21 @@ class Claimer:
         lease.let_go()
         # none: likewise, the process's next claims are flow claims for a moment (while they find
         # work, a plain claim that finds nothing first would double their round trips and batch turns)
-        self._plain_empty, self._plain_rest = True, now + PLAIN_REST_SECONDS
+        self._plain_empty, self._plain_walk = True, self._took.get(index, 0.0)
+        self._plain_rest = now + self._plain_rest_after()
         return self._flow_claim(flow, lease, size, executor, index)
+
+    def _plain_rest_after(self) -> float:
+        """How long no plain claim goes first after one found nothing: PLAIN_REST_SECONDS, or longer
+        when that claim's walk took more than WALK_SHARE of it."""
+        return max(PLAIN_REST_SECONDS, self._plain_walk / WALK_SHARE)
 
     def _flow_rest_after(self, flow: FlowControl) -> float:
         """How long no flow claim goes first after ``_flow_empty`` empty ones in a row: doubling from
-        FLOW_REST_SECONDS up to PLAIN_REST_SECONDS, and not past the time a key held back by its rate
-        may start again."""
+        FLOW_REST_SECONDS up to PLAIN_REST_SECONDS, or longer when the last one's walk took more than
+        WALK_SHARE of it, and not past the time a key held back by its rate may start again."""
         rest = min(FLOW_REST_SECONDS * 2 ** min(max(self._flow_empty - 1, 0), 16), PLAIN_REST_SECONDS)
+        rest = max(rest, self._flow_walk / WALK_SHARE)
         due = flow.next_due()
         return rest if due is None else min(rest, max(due, FLOW_REST_SECONDS))
 
@@ -153,14 +171,18 @@ class Claimer:
 
     def _traced(self, index: int, span_name: str, claim: Callable[[], list[Any]]) -> list[Any]:
         """``claim()``, inside its span when tracing is on (observability/tracing.py): the jobs
-        claimed are its attribute."""
+        claimed are its attribute. How long it took is the slot's ``_took`` (see WALK_SHARE)."""
         tracing = self.w.app.tracing
-        if tracing is None:
-            return claim()
-        with tracing.claim(f"{self.w.name}/{index}", span_name) as span:
-            claimed = claim()
-            span.set_attribute("skiplock.claimed", len(claimed))
-            return claimed
+        started = time.monotonic()
+        try:
+            if tracing is None:
+                return claim()
+            with tracing.claim(f"{self.w.name}/{index}", span_name) as span:
+                claimed = claim()
+                span.set_attribute("skiplock.claimed", len(claimed))
+                return claimed
+        finally:
+            self._took[index] = time.monotonic() - started
 
     def _take_turn(self, size: ClaimSize, index: int) -> tuple[int, bool]:
         """How many jobs this claim may take, and whether it holds a batch turn (see ``batch_slots``);
