@@ -109,8 +109,6 @@ class Claimer:
             self._plain_rest = now + self._plain_rest_after()
         claimed, turn = self._plain_claim(lease, size, executor, index)
         if claimed:
-            if self._plain_empty:
-                self._plain_empty, self._plain_rest = False, 0.0
             return claimed, turn
         lease.let_go()
         # none: likewise, the process's next claims are flow claims for a moment (while they find
@@ -220,6 +218,8 @@ class Claimer:
             if turn:
                 self.w.batching.give_turn(index)
             raise
+        if claimed and self._plain_empty:  # plain jobs again (also after an empty flow claim): no rest
+            self._plain_empty, self._plain_rest = False, 0.0
         if claimed and log.isEnabledFor(logging.DEBUG):
             log.debug("slot %s/%s claimed %d job(s) (ids %s..%s, limit %d)", self.w.name, index, len(claimed),
                       claimed[0].id, claimed[-1].id, limit)
