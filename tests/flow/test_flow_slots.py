@@ -72,7 +72,7 @@ def test_a_batch_takes_one_slot_of_each_key_whatever_its_number_of_jobs(app: ski
         backend.ensure_slots(book, list(keys.items()))
     with backend.connect_lease() as lease, psycopg.connect(dsn) as other:
         lease.begin()
-        got = backend.claim_flow_many(lease, 6, None, ["t"], limits)
+        got = backend.claim_flow_many(lease, 6, ["default"], ["t"], limits)  # a limited queue: per queue
         assert len(got) == 6
         slots: dict[str, set[int]] = {}
         for _, flow_keys, _ in got:

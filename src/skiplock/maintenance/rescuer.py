@@ -38,3 +38,6 @@ class Rescuer(Service):
         backend = self.app.backend
         if backend.capabilities.flow_control:  # flow control: slots a finishing write could not free
             backend.release_stale_slots()  # type: ignore[attr-defined]  # base.FlowBackend
+            # and the rows of queues whose limits were cleared, once none of their jobs is flagged
+            for queue in backend.retire_queue_limits():  # type: ignore[attr-defined]  # base.FlowBackend
+                log.info("queue %s: its cleared limits are gone; the plain claims serve it again", queue)

@@ -69,6 +69,8 @@ class FlowControl:
         self.limits: list[TaskLimits] = []
         self.limited_tasks: list[str] = []
         self.unlimited_tasks: list[str] = []
+        self.all_tasks: list[str] = []
+        self._turn = 0  # the limited queue the flow claim tried first last time (an index)
         self._apply_task_limits()
         self.supported = self.backend.capabilities.flow_control
         if self.limits and not self.supported:
@@ -110,6 +112,7 @@ class FlowControl:
         self.limits = limits
         self.limited_tasks = sorted(t.task for t in limits)
         self.unlimited_tasks = sorted(set(self.app.tasks) - set(self.limited_tasks))
+        self.all_tasks = sorted(self.app.tasks)
 
     def limited_queues(self) -> list[str]:
         """This worker's queues that have limits now, and its tasks' runtime limits (both re-read at
@@ -118,7 +121,10 @@ class FlowControl:
             return []
         now = time.monotonic()
         if now - self._read_at >= REFRESH_SECONDS:
-            rows = [r for r in self.backend.queue_limits() if self.queues is None or r[0] in self.queues]
+            # with the rows left without limits: their queues' flagged jobs are this claim's to run
+            # until the row goes (migration 17)
+            rows = [r for r in self.backend.queue_limits(retiring=True)
+                    if self.queues is None or r[0] in self.queues]
             runtime = {r[0]: (r[1], None if r[2] is None else r[3] / r[2])
                        for r in self.backend.task_limits() if r[0] in self.app.tasks}
             with self._lock:
@@ -194,8 +200,18 @@ class FlowControl:
             job = self._fair_round(lease, bookkeeping, queue, slot)
             if job is not None:
                 return [job]
-        if limited_queues and self.unlimited_tasks:
-            plans.append((limited_queues, self.unlimited_tasks))
+        # A limited queue's jobs, one queue at a time: its flagged jobs (migration 17) are not on the
+        # index of the claim over several queues or every queue above (`claim_flow`,
+        # jobs_claim_any_idx), so this claim (`claim_flow_of_queue`, jobs_claim_idx: the queue's
+        # every job, flagged or not) takes them -- of every task, unless the claim above was this
+        # one queue's already (a worker of one queue: its limited tasks' jobs were walked there).
+        one_queue = self.queues is not None and len(self.queues) == 1
+        queue_tasks = self.unlimited_tasks if one_queue and self.limits else self.all_tasks
+        if queue_tasks and limited_queues:
+            # each claim starts at the next queue, so that one queue's backlog does not keep the
+            # others' jobs waiting (their order across queues is not the claim index's any more)
+            self._turn = start = (self._turn + 1) % len(limited_queues)
+            plans.extend(([q], queue_tasks) for q in limited_queues[start:] + limited_queues[:start])
         for queues, tasks in plans:
             jobs = self._claim_round(lease, bookkeeping, queues, tasks, slot, limit)
             if jobs:

@@ -17,6 +17,9 @@ from .connecting import row_of
 from .errors import UNIQUE_VIOLATION, translate
 from .producing import KEYED_ATTEMPTS, Producing
 
+# How long `retire_queue_limit` waits for enqueues holding the queue's row (then: a later pass).
+RETIRE_LOCK_TIMEOUT = 0.5
+
 class Operating(Producing):
     # ---- reading -----------------------------------------------------------------------------
 
@@ -137,18 +140,50 @@ class Operating(Producing):
 
     def set_queue_limit(self, queue: str, concurrency: int | None, rate: tuple[int, float] | None,
                         fair: bool = False, weights: Mapping[str, int] | None = None) -> None:
-        """A queue's limits (flow control), read by every worker's next claim; none: no row."""
+        """A queue's limits (flow control), read by every worker's next claim. A queue that gets
+        limits gets its unfinished jobs flagged (``flow``, migration 17), in the same transaction;
+        one left with none keeps its row, retiring, until :meth:`retire_queue_limit` can delete it."""
         if concurrency is None and rate is None and not fair:
             self._one("clear_queue_limit", {"queue": queue})
+            self.retire_queue_limit(queue)
             return
-        self._one("set_queue_limit", {"queue": queue, "concurrency": concurrency,
-                                      "rate_count": None if rate is None else rate[0],
-                                      "rate_period": None if rate is None else rate[1], "fair": bool(fair),
-                                      "weights": json.dumps(dict(weights or {}))})
+        with self._conn() as c, c.transaction():
+            before = c.execute(self.q["queue_limited_now"], {"queue": queue}).fetchone()
+            c.execute(self.q["set_queue_limit"], {"queue": queue, "concurrency": concurrency,
+                                                  "rate_count": None if rate is None else rate[0],
+                                                  "rate_period": None if rate is None else rate[1],
+                                                  "fair": bool(fair), "weights": json.dumps(dict(weights or {}))})
+            if before is None or not before[0]:
+                c.execute(self.q["flag_queue_jobs"], {"queue": queue})
 
-    def queue_limits(self) -> list[tuple[Any, ...]]:
-        """(queue, concurrency, rate_count, rate_period, updated_at, fair, weights) per queue with limits."""
-        return [tuple(r) for r in self._all("queue_limits")]
+    def retire_queue_limit(self, queue: str, lock_timeout: float = RETIRE_LOCK_TIMEOUT) -> bool:
+        """Delete the row of ``queue`` if it has no limits and no unfinished job of the queue is
+        flagged any more (the flags are dropped here first, but those of jobs in a running
+        transaction lease); True if deleted. False also when the row stayed locked by enqueues for
+        ``lock_timeout`` seconds: a later call (the rescuer's pass) tries again. See
+        0017_flow_hint.sql for why the row must outlive every flagged job."""
+        with self._conn() as c:
+            try:
+                with c.transaction():
+                    locked = row_of(c.execute(self.q["retire_lock"], {
+                        "queue": queue, "lock_timeout": f"{max(1, int(lock_timeout * 1000))}ms"}))[1]
+                    if not locked:
+                        return False
+                    c.execute(self.q["unflag_queue_jobs"], {"queue": queue})
+                    return c.execute(self.q["retire_queue_limit"], {"queue": queue}).fetchone() is not None
+            except psycopg.errors.LockNotAvailable:
+                return False
+
+    def retire_queue_limits(self) -> list[str]:
+        """:meth:`retire_queue_limit` for every row without limits; the queues whose row went."""
+        return [q for (q,) in self._all("retiring_queue_limits") if self.retire_queue_limit(q)]
+
+    def queue_limits(self, retiring: bool = False) -> list[tuple[Any, ...]]:
+        """(queue, concurrency, rate_count, rate_period, updated_at, fair, weights) per queue with
+        limits; with ``retiring``, also the rows left without limits (their queues are still served
+        by the flow claim until the row goes: worker/flow.py)."""
+        rows = [tuple(r) for r in self._all("queue_limits")]
+        return rows if retiring else [r for r in rows if r[1] is not None or r[2] is not None or r[5]]
 
     def set_task_limit(self, task: str, concurrency: int | None, rate: tuple[int, float] | None,
                        clear: bool = False) -> None:

@@ -19,7 +19,7 @@ from .steps import Steps, T, Undoable, run, run_async
 # below it the extra round trip costs more than COPY saves (bench: see PostgresBackend._copy_jobs).
 COPY_MIN_JOBS = 1000
 # Client-side formats of the COPY columns (text format; args is JSON text the server parses as jsonb).
-COPY_TYPES = ("int8", "text", "text", "text", "int4", "int4", "timestamptz")
+COPY_TYPES = ("int8", "text", "text", "text", "int4", "int4", "bool", "timestamptz")
 
 
 # A keyed batch whose holders keep finishing between its insert and its lookup is tried this many
@@ -66,6 +66,7 @@ class KeyedBatch:
         return backend.q["enqueue_many_unique"], {
             "wake": backend.wake_payload, "schema": backend.schema,
             "queues": [j.queue for j in jobs], "tasks": [j.task for j in jobs], "args": [j.args_json for j in jobs],
+            "limit_queues": sorted({j.queue for j in jobs}),
             "priorities": [j.priority for j in jobs], "max_attempts": [j.max_attempts for j in jobs],
             "run_ats": [j.run_at for j in jobs],
             "unique_keys": [self.keyed[i][0] if i in self.keyed else None for i in self.sent],
@@ -128,6 +129,7 @@ class Producing(PostgresConnections):
             }
         return self.q["enqueue_many"], {
             "wake": self.wake_payload, "queues": [j.queue for j in jobs], "tasks": [j.task for j in jobs],
+            "limit_queues": sorted({j.queue for j in jobs}),
             "args": [j.args_json for j in jobs], "priorities": [j.priority for j in jobs],
             "max_attempts": [j.max_attempts for j in jobs], "run_ats": [j.run_at for j in jobs],
             "partitions": [j.partition for j in jobs], "sequences": [j.sequence for j in jobs],
@@ -220,8 +222,10 @@ class Producing(PostgresConnections):
         gets that ``now()``, as ``coalesce(run_at, now())`` gives it in the INSERT path (a batch
         with none leaves the column to its default, the same ``now()``)."""
         cur = conn.cursor(row_factory=tuple_row)  # the caller's cursor class (ClientCursor: text results only)
-        ids, now, _ = cur.execute(self.q["reserve_job_ids"], {"schema": self.schema, "n": len(jobs),
-                                                              "wake": self.wake_payload}).fetchall()[0]
+        ids, now, _, limited = cur.execute(self.q["reserve_job_ids"], {
+            "schema": self.schema, "n": len(jobs), "wake": self.wake_payload,
+            "limit_queues": sorted({j.queue for j in jobs})}).fetchall()[0]
+        flagged = set(limited)  # the batch's queues with limits (the `flow` flag: migration 17)
         ids.sort()  # already ascending (one nextval per row, in order); sorting makes it a guarantee
         with_run_at = any(j.run_at is not None for j in jobs)
         with cur.copy(self.q["copy_jobs_run_at" if with_run_at else "copy_jobs"]) as copy:
@@ -229,11 +233,11 @@ class Producing(PostgresConnections):
             write = copy.write_row
             if with_run_at:
                 for job_id, j in zip(ids, jobs):
-                    write((job_id, j.queue, j.task, j.args_json, j.priority, j.max_attempts,
+                    write((job_id, j.queue, j.task, j.args_json, j.priority, j.max_attempts, j.queue in flagged,
                            now if j.run_at is None else j.run_at))
             else:
                 for job_id, j in zip(ids, jobs):
-                    write((job_id, j.queue, j.task, j.args_json, j.priority, j.max_attempts))
+                    write((job_id, j.queue, j.task, j.args_json, j.priority, j.max_attempts, j.queue in flagged))
         return ids
 
     def keyed_batch(self, jobs: Sequence[NewJob], keyed: Mapping[int, tuple[str, str]]) -> KeyedBatch:

@@ -48,9 +48,12 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
 
 -- name: claim_of_queues
 -- The same over several queues: walks jobs_claim_any_idx in (priority, id) order, filtering queue.
+-- `NOT flow` (migration 17): that index holds only the queued jobs without the flag, so the jobs
+-- of limited queues waiting ahead are not walked; the test of queue_limits below stays (a job of a
+-- limited queue without the flag is the flow claim's, and costs this walk a row).
 SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, now() AS claimed_at
   FROM {schema}.jobs
- WHERE state = 'queued' AND queue = ANY(%(queues)s) AND run_at <= now()
+ WHERE state = 'queued' AND NOT flow AND queue = ANY(%(queues)s) AND run_at <= now()
    -- Paused queues, evaluated once per claim. The NOT EXISTS short-circuits the common case (nothing
    -- paused) and keeps the planner's row estimate sane: `queue <> ALL (...)` alone is estimated at
    -- ~1 row when one queue holds all jobs, which turns the claim into a seq scan + sort.
@@ -64,10 +67,10 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
    FOR UPDATE SKIP LOCKED;
 
 -- name: claim_any_queue
--- Every queue: jobs_claim_any_idx, in order.
+-- Every queue: jobs_claim_any_idx, in order (`NOT flow`: as in `claim_of_queues`).
 SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, now() AS claimed_at
   FROM {schema}.jobs
- WHERE state = 'queued' AND run_at <= now()
+ WHERE state = 'queued' AND NOT flow AND run_at <= now()
    -- Paused queues, evaluated once per claim. The NOT EXISTS short-circuits the common case (nothing
    -- paused) and keeps the planner's row estimate sane: `queue <> ALL (...)` alone is estimated at
    -- ~1 row when one queue holds all jobs, which turns the claim into a seq scan + sort.
@@ -98,10 +101,10 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
 
 -- name: claim_tasks_of_queues
 -- `claim_of_queues` for the worker's tasks only: jobs_claim_any_idx in order, the task checked on the
--- index entry (an Index Cond), the queue on the row.
+-- index entry (an Index Cond), the queue on the row (`NOT flow`: as in `claim_of_queues`).
 SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, now() AS claimed_at
   FROM {schema}.jobs
- WHERE state = 'queued' AND queue = ANY(%(queues)s) AND task = ANY(%(tasks)s::text[]) AND run_at <= now()
+ WHERE state = 'queued' AND NOT flow AND queue = ANY(%(queues)s) AND task = ANY(%(tasks)s::text[]) AND run_at <= now()
    AND (NOT EXISTS (SELECT FROM {schema}.paused_queues)
         OR queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues)))
    -- A queue with limits (queue_limits) is claimed by `claim_flow` only; the same shape as above.
@@ -113,10 +116,10 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
 
 -- name: claim_tasks_any_queue
 -- `claim_any_queue` for the worker's tasks only: jobs_claim_any_idx in order, the task checked on
--- the index entry (an Index Cond).
+-- the index entry (an Index Cond; `NOT flow`: as in `claim_of_queues`).
 SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, now() AS claimed_at
   FROM {schema}.jobs
- WHERE state = 'queued' AND task = ANY(%(tasks)s::text[]) AND run_at <= now()
+ WHERE state = 'queued' AND NOT flow AND task = ANY(%(tasks)s::text[]) AND run_at <= now()
    AND (NOT EXISTS (SELECT FROM {schema}.paused_queues)
         OR queue <> ALL (ARRAY(SELECT queue FROM {schema}.paused_queues)))
    -- A queue with limits (queue_limits) is claimed by `claim_flow` only; the same shape as above.
@@ -371,6 +374,24 @@ SELECT upd.state,
          WHERE w.job_id IN (SELECT id FROM upd WHERE state <> 'queued'))
   FROM upd;
 
+-- fragment: flow_hint_of_one
+-- The `flow` flag of a new job of queue %(queue)s (migration 17): whether the queue has limits now,
+-- the queue's row locked FOR KEY SHARE until the enqueue commits, so the row cannot be deleted
+-- (`retire_queue_limit` takes FOR UPDATE) while a job flagged by it is not yet visible (invariant
+-- I1 of 0017_flow_hint.sql). A queue without a row locks nothing; a row without limits (retiring)
+-- fails the test before the lock. KEY SHARE does not conflict with the updates of `set_queue_limit`.
+       EXISTS (SELECT FROM {schema}.queue_limits l
+                WHERE l.queue = %(queue)s AND (l.concurrency IS NOT NULL OR l.rate_count IS NOT NULL OR l.fair)
+                  FOR KEY SHARE)
+
+-- fragment: flow_hint_of_many
+-- `flow_hint_of_one` for a batch: %(limit_queues)s is the batch's distinct queue names; the
+-- limited ones among them, each row locked as there, once per statement (an InitPlan).
+       ARRAY(SELECT l.queue FROM {schema}.queue_limits l
+              WHERE l.queue = ANY(%(limit_queues)s::text[])
+                AND (l.concurrency IS NOT NULL OR l.rate_count IS NOT NULL OR l.fair)
+                FOR KEY SHARE)
+
 -- name: enqueue_many
 -- One statement for any number of jobs: parallel arrays unnested in order; ids come back in
 -- input order. One NOTIFY on the fixed channel `skiplock` wakes idle workers when the inserting
@@ -379,8 +400,11 @@ SELECT upd.state,
 -- by row in input order (see 0015_sequences.sql).
 WITH ins AS (
 INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, run_at, partition, sequence,
-                           sequence_on_failure)
-SELECT queue, task, args, priority, max_attempts, coalesce(run_at, now()), partition, sequence, on_failure
+                           sequence_on_failure, flow)
+SELECT queue, task, args, priority, max_attempts, coalesce(run_at, now()), partition, sequence, on_failure,
+       queue = ANY(
+-- include: flow_hint_of_many
+       )
   FROM unnest(%(queues)b::text[], %(tasks)b::text[], %(args)b::text[]::jsonb[], %(priorities)b::int[],
               %(max_attempts)b::int[], %(run_ats)s::timestamptz[], %(partitions)b::text[],
               %(sequences)b::text[], %(on_failures)b::text[])
@@ -397,24 +421,27 @@ SELECT id FROM ins, wake;
 -- is looked up once (MATERIALIZED), not once per row.
 WITH seq AS MATERIALIZED (
 SELECT pg_get_serial_sequence(format('%%I.jobs', %(schema)s::text), 'id')::regclass AS seq)
-SELECT array_agg(nextval(seq.seq)), now(), pg_notify('skiplock', %(wake)s)
+SELECT array_agg(nextval(seq.seq)), now(), pg_notify('skiplock', %(wake)s),
+-- include: flow_hint_of_many
   FROM seq, generate_series(1, %(n)s::int);
 
 -- name: copy_jobs
 -- Step 2: the rows, with the reserved ids (COPY writes given values into the identity column, as
 -- OVERRIDING SYSTEM VALUE would); run_at and created_at take their default, the transaction's now().
-COPY {schema}.jobs (id, queue, task, args, priority, max_attempts) FROM STDIN;
+COPY {schema}.jobs (id, queue, task, args, priority, max_attempts, flow) FROM STDIN;
 
 -- name: copy_jobs_run_at
 -- Step 2 when some job has a run_at (the others are sent the transaction's now()).
-COPY {schema}.jobs (id, queue, task, args, priority, max_attempts, run_at) FROM STDIN;
+COPY {schema}.jobs (id, queue, task, args, priority, max_attempts, flow, run_at) FROM STDIN;
 
 -- name: enqueue_one
 WITH ins AS (
 INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, run_at, partition, sequence,
-                           sequence_on_failure)
+                           sequence_on_failure, flow)
 VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s, %(max_attempts)s, coalesce(%(run_at)s, now()),
-        %(partition)s, %(sequence)s, %(on_failure)s)
+        %(partition)s, %(sequence)s, %(on_failure)s,
+-- include: flow_hint_of_one
+       )
 RETURNING id),
 wake AS (SELECT pg_notify('skiplock', %(wake)s))
 SELECT id FROM ins, wake;
@@ -538,9 +565,11 @@ SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE pid = %(pid)s
 -- and true, or the existing job's id and false. If the existing job finished between the conflict
 -- and the lookup, no row comes back and the caller tries again.
 WITH ins AS (
-INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, run_at, unique_key, partition)
+INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, run_at, unique_key, partition, flow)
 VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s, %(max_attempts)s, coalesce(%(run_at)s, now()),
-        %(unique_key)s, %(partition)s)
+        %(unique_key)s, %(partition)s,
+-- include: flow_hint_of_one
+       )
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'running') DO NOTHING
 RETURNING id),
 wake AS (SELECT pg_notify('skiplock', %(wake)s))
@@ -571,10 +600,12 @@ SELECT pg_get_serial_sequence(format('%%I.jobs', %(schema)s::text), 'id')::regcl
 ids AS MATERIALIZED (
 SELECT id, row_number() OVER (ORDER BY id) AS n FROM (SELECT nextval(seq.seq) AS id FROM seq, j) drawn),
 ins AS (
-INSERT INTO {schema}.jobs (id, queue, task, args, priority, max_attempts, run_at, unique_key, partition)
+INSERT INTO {schema}.jobs (id, queue, task, args, priority, max_attempts, run_at, unique_key, partition, flow)
 OVERRIDING SYSTEM VALUE
 SELECT ids.id, j.queue, j.task, j.args::jsonb, j.priority, j.max_attempts, coalesce(j.run_at, now()), j.unique_key,
-       j.partition
+       j.partition, j.queue = ANY(
+-- include: flow_hint_of_many
+       )
   FROM j JOIN ids USING (n)
  ORDER BY j.unique_key COLLATE "C"
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'running') DO NOTHING
@@ -655,7 +686,8 @@ DELETE FROM {schema}.job_cancellations WHERE job_id = %(id)s;
 -- index instead: the caller treats that the same way.)
 WITH upd AS (
 UPDATE {schema}.jobs j
-   SET state = 'queued', attempts = 0, run_at = now(), finished_at = NULL, started_at = NULL, result = NULL
+   SET state = 'queued', attempts = 0, run_at = now(), finished_at = NULL, started_at = NULL, result = NULL,
+       flow = false  -- its queue may have no row any more (I1, migration 17)
  WHERE j.id = %(id)s AND j.state IN ('failed', 'cancelled')
    AND (j.unique_key IS NULL OR NOT EXISTS (SELECT 1 FROM {schema}.jobs h WHERE h.unique_key = j.unique_key
                                                 AND h.state IN ('queued', 'running')))
@@ -685,7 +717,8 @@ SELECT j.id, j.unique_key,
  WHERE j.state = 'failed' AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)),
 upd AS (
 UPDATE {schema}.jobs j
-   SET state = 'queued', attempts = 0, run_at = now(), finished_at = NULL, started_at = NULL, result = NULL
+   SET state = 'queued', attempts = 0, run_at = now(), finished_at = NULL, started_at = NULL, result = NULL,
+       flow = false  -- its queue may have no row any more (I1, migration 17)
   FROM failed f
  WHERE j.id = f.id AND j.state = 'failed' AND f.holder IS NULL
    AND (f.unique_key IS NULL OR f.first_with_key = f.id)
@@ -983,6 +1016,8 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
 j AS MATERIALIZED (
 -- include: claim_flow_rows
    AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+   AND NOT j.flow  -- jobs_claim_any_idx (migration 17): the flagged jobs are those of limited queues,
+                   -- claimed one queue at a time by `claim_flow_of_queue` (worker/flow.py)
 -- include: claim_flow_filters
  ORDER BY j.priority, j.id
  LIMIT %(limit)s
@@ -1204,20 +1239,77 @@ SELECT ok.granted, (SELECT count(*) FROM cur) = cardinality(%(keys)s::text[]),
        (SELECT count(*) FROM upd)
   FROM ok;
 
+-- name: queue_limited_now
+-- `set_queue_limit`'s first step, in its transaction: whether the queue has limits now (NULL: no
+-- row), its row locked against another change (FOR NO KEY UPDATE: not against the enqueues' KEY SHARE).
+SELECT concurrency IS NOT NULL OR rate_count IS NOT NULL OR fair
+  FROM {schema}.queue_limits WHERE queue = %(queue)s FOR NO KEY UPDATE;
+
 -- name: set_queue_limit
--- Per-queue limits (`skiplock limit`; the caller deletes the row instead when no limit is left, so
--- the plain claims take the queue again). Running workers read the new row at their next claim.
--- %(weights)s: a fair queue's partition weights (migration 16), a JSON object.
+-- Per-queue limits (`skiplock limit`). Running workers read the new row at their next claim.
+-- %(weights)s: a fair queue's partition weights (migration 16), a JSON object. Clearing a queue's
+-- limits writes them NULL here (the row "retiring", still the flow claim's queue), then
+-- `retire_queue_limit` deletes the row when no job of the queue is flagged any more.
 INSERT INTO {schema}.queue_limits AS l (queue, concurrency, rate_count, rate_period, fair, weights)
 VALUES (%(queue)s, %(concurrency)s, %(rate_count)s, %(rate_period)s, %(fair)s, %(weights)s::jsonb)
 ON CONFLICT (queue) DO UPDATE
    SET concurrency = EXCLUDED.concurrency, rate_count = EXCLUDED.rate_count, rate_period = EXCLUDED.rate_period,
        fair = EXCLUDED.fair, weights = EXCLUDED.weights, updated_at = now();
 
+-- name: flag_queue_jobs
+-- After a queue got limits (it had none, or no row), in the same transaction: its unfinished jobs get
+-- the `flow` flag (migration 17), so the plain claims over several queues stop walking them. One
+-- walk of the queue's jobs (jobs_state_queue_idx), once per change. A job locked now -- in a running
+-- transaction lease -- is skipped and keeps no flag: it is still the flow claim's (its filters), and
+-- costs the plain claims a row read until it ends. The row is this transaction's (I1 holds).
+UPDATE {schema}.jobs SET flow = true
+ WHERE id IN (SELECT id FROM {schema}.jobs
+               WHERE queue = %(queue)s AND state IN ('queued', 'running', 'blocked') AND NOT flow
+                 FOR UPDATE SKIP LOCKED);
+
 -- name: clear_queue_limit
-DELETE FROM {schema}.queue_limits WHERE queue = %(queue)s RETURNING queue;
+-- No limits left: the row stays, without limits, until `retire_queue_limit` deletes it.
+UPDATE {schema}.queue_limits
+   SET concurrency = NULL, rate_count = NULL, rate_period = NULL, fair = false, weights = '{{}}'::jsonb,
+       updated_at = now()
+ WHERE queue = %(queue)s
+RETURNING queue;
+
+-- name: retiring_queue_limits
+SELECT queue FROM {schema}.queue_limits
+ WHERE concurrency IS NULL AND rate_count IS NULL AND NOT fair ORDER BY queue;
+
+-- name: retire_lock
+-- `retire_queue_limit`, step 1 (its transaction, under a short lock_timeout): the row of a queue
+-- without limits, locked FOR UPDATE -- which waits for the enqueues that locked it FOR KEY SHARE
+-- while it still had limits (`flow_hint_of_one`) to end, and holds back new ones (they wait, then
+-- find no row or no limits and set no flag). No row: nothing to do (gone, or limited again).
+SELECT set_config('lock_timeout', %(lock_timeout)s, true),
+       EXISTS (SELECT FROM {schema}.queue_limits
+                WHERE queue = %(queue)s AND concurrency IS NULL AND rate_count IS NULL AND NOT fair
+                  FOR UPDATE);
+
+-- name: unflag_queue_jobs
+-- Step 2: the queue's flagged unfinished jobs lose the flag (jobs_flow_idx), but those locked now
+-- (a running transaction lease): they keep it, and the row stays for them.
+UPDATE {schema}.jobs SET flow = false
+ WHERE id IN (SELECT id FROM {schema}.jobs
+               WHERE queue = %(queue)s AND flow AND state IN ('queued', 'running', 'blocked')
+                 FOR UPDATE SKIP LOCKED);
+
+-- name: retire_queue_limit
+-- Step 3, a new statement (its snapshot sees every enqueue that step 1 waited for, and the committed
+-- rows of the jobs step 2 skipped): the row is deleted only if no unfinished job of the queue is
+-- flagged (I1, migration 17). Returns the queue if deleted.
+DELETE FROM {schema}.queue_limits l
+ WHERE l.queue = %(queue)s
+   AND NOT EXISTS (SELECT FROM {schema}.jobs
+                    WHERE queue = %(queue)s AND flow AND state IN ('queued', 'running', 'blocked'))
+RETURNING l.queue;
 
 -- name: queue_limits
+-- Every row: those without limits are retiring (`clear_queue_limit`; the worker's flow claim still
+-- serves their queue, the readers leave them out).
 SELECT queue, concurrency, rate_count, rate_period, updated_at, fair, weights FROM {schema}.queue_limits ORDER BY queue;
 
 -- name: set_task_limit

@@ -1,0 +1,163 @@
+"""The `flow` flag of a job of a limited queue (migration 17, 0017_flow_hint.sql): the plain claims over
+several queues or every queue walk an index without those jobs, so a limited queue's backlog costs
+them nothing; and no job is ever left where no claim looks -- a flagged job's queue keeps its
+queue_limits row (invariant I1) through a clear, an enqueue still open, a job in flight, a retry."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+
+import skiplock
+from skiplock.backend.postgres.producing import COPY_MIN_JOBS
+from skiplock.backend.postgres.queries import with_limit
+
+from test_flow_plans import PLANS, job_scans, nodes, plan
+from support import wait_for
+
+
+def flags(db: psycopg.Connection[Any], queue: str) -> list[bool]:
+    return [f for (f,) in db.execute("SELECT flow FROM skiplock.jobs WHERE queue = %s ORDER BY id", [queue])]
+
+
+def rows(db: psycopg.Connection[Any]) -> list[str]:
+    return [q for (q,) in db.execute("SELECT queue FROM skiplock.queue_limits ORDER BY queue")]
+
+
+@pytest.mark.parametrize("mode", PLANS)
+@pytest.mark.parametrize("name", ["claim_tasks_any_queue", "claim_tasks_of_queues", "claim_of_queues"])
+@pytest.mark.parametrize("backlog", [5_000, 50_000])
+def test_a_plain_claim_does_not_walk_a_limited_queues_backlog(app: skiplock.App, dsn: str, backlog: int,
+                                                             name: str, mode: str):
+    """``backlog`` jobs of a limited queue (enqueued through COPY, flagged) wait ahead of two plain jobs,
+    same task: the plain claim over every queue (or over both queues) walks jobs_claim_any_idx, which
+    holds only the unflagged, so it reads the same few pages for 5,000 or 50,000 such jobs. (Before the
+    flag: one heap row per waiting job, removed by the test of queue_limits.)"""
+    app.set_queue_limits("lim", concurrency=5)
+    app.enqueue_many([("t", {"n": i}, {"queue": "lim"}) for i in range(backlog)])
+    app.enqueue_many([("t", {"n": i}) for i in range(2)])
+    with psycopg.connect(dsn, autocommit=True) as c:
+        assert c.execute("SELECT count(*) FILTER (WHERE flow), count(*) FILTER (WHERE NOT flow) "
+                         "FROM skiplock.jobs").fetchone() == (backlog, 2)
+        c.execute("VACUUM ANALYZE skiplock.jobs")
+    root = plan(dsn, with_limit(app.backend.q[name], 1),
+                {"tasks": ["t"], "queues": ["lim", "default"], "limit": 1}, analyze=True, mode=mode)
+    scans = job_scans(root)
+    assert scans[0]["Node Type"] == "Index Scan" and scans[0]["Index Name"] == "jobs_claim_any_idx", \
+        json.dumps(root)[:3000]
+    assert not [n for n in nodes(root) if n["Node Type"] == "Sort" and job_scans(n)]
+    assert scans[0].get("Actual Rows") == 1
+    assert scans[0].get("Rows Removed by Filter", 0) == 0, scans[0]
+    read = sum(n.get("Shared Hit Blocks", 0) + n.get("Shared Read Blocks", 0) for n in scans)
+    # the descent and a row or two (16 blocks measured, for 5,000 as for 50,000; before the flag: the
+    # limited queue's rows, thousands of blocks)
+    assert read <= 20, (backlog, read, json.dumps(root)[:3000])
+
+
+def test_the_flag_follows_the_queues_limits_on_every_enqueue_path(app: skiplock.App, db: psycopg.Connection[Any]):
+    app.enqueue("t", {"n": 0}, queue="q")  # before any limit: no flag
+    app.set_queue_limits("q", concurrency=2)  # the waiting job gets it
+    assert flags(db, "q") == [True]
+    app.enqueue("t", {"n": 1}, queue="q")  # one INSERT
+    app.enqueue("t", {"n": 2}, queue="q", unique_key="k2")  # enqueue_unique
+    app.enqueue_many([("t", {"n": 3}, {"queue": "q"}), ("t", {"n": 4}, {"queue": "other"})])  # enqueue_many
+    app.enqueue_many([("t", {"n": 5}, {"queue": "q", "unique_key": "k5"}),  # enqueue_many_unique
+                      ("t", {"n": 6}, {"queue": "other", "unique_key": "k6"})])
+    app.enqueue_many([("t", {"n": i}, {"queue": "q" if i % 2 else "other"}) for i in range(COPY_MIN_JOBS)])  # COPY
+    assert set(flags(db, "q")) == {True} and len(flags(db, "q")) == 5 + COPY_MIN_JOBS // 2
+    assert set(flags(db, "other")) == {False}
+    app.set_queue_limits("q", concurrency=3, rate="10/s")  # a change of limits: still flagged
+    assert set(flags(db, "q")) == {True}
+    app.set_queue_limits("q")  # cleared: nothing in flight, so the flags and the row go at once
+    assert set(flags(db, "q")) == {False}
+    assert rows(db) == [] and app.queue_limits() == []
+    app.enqueue("t", {"n": 7}, queue="q")
+    assert set(flags(db, "q")) == {False}
+
+
+def test_a_cleared_queue_keeps_its_row_while_a_flagged_job_is_in_flight(app: skiplock.App, dsn: str,
+                                                                         db: psycopg.Connection[Any]):
+    """The flagged job locked by a transaction lease keeps its flag (the clear skips it), so the row
+    stays, without limits: hidden from the readers, still the worker's flow claim's queue. Once the
+    lease ends (here a rollback: the job is queued again, flagged), the next pass deletes the row."""
+    app.set_queue_limits("q", concurrency=2)
+    held, other = app.enqueue("t", {"n": 0}, queue="q"), app.enqueue("t", {"n": 1}, queue="q")
+    with psycopg.connect(dsn) as lease:
+        lease.execute("SELECT id FROM skiplock.jobs WHERE id = %s FOR UPDATE", [held])
+        app.set_queue_limits("q")
+        assert rows(db) == ["q"]  # retiring
+        assert app.queue_limits() == [] and app.backend.queue_limits() == []
+        assert [r[0] for r in app.backend.queue_limits(retiring=True)] == ["q"]
+        assert dict(db.execute("SELECT id, flow FROM skiplock.jobs").fetchall()) == {held: True, other: False}
+        assert app.backend.retire_queue_limits() == []  # still in flight
+        lease.rollback()
+    assert app.backend.retire_queue_limits() == ["q"]
+    assert rows(db) == [] and set(flags(db, "q")) == {False}
+
+
+def test_an_open_enqueue_keeps_the_row_until_it_ends(app: skiplock.App, dsn: str, db: psycopg.Connection[Any]):
+    """An enqueue flags its job under a KEY SHARE lock of the queue's row, held to its COMMIT: the
+    clear cannot delete the row meanwhile (it waits RETIRE_LOCK_TIMEOUT, then leaves it to a later
+    pass), so the job committed later is never flagged in a queue without a row."""
+    app.set_queue_limits("q", concurrency=2)
+    with psycopg.connect(dsn) as producer:
+        job = app.enqueue("t", {"n": 0}, queue="q", conn=producer)
+        app.set_queue_limits("q")
+        assert rows(db) == ["q"]
+        producer.commit()
+    assert flags(db, "q") == [True] and db.execute("SELECT id FROM skiplock.jobs").fetchone()[0] == job
+    assert app.backend.retire_queue_limits() == ["q"]
+    assert rows(db) == [] and flags(db, "q") == [False]
+
+
+def test_a_job_put_back_after_it_failed_loses_its_flag(app: skiplock.App, db: psycopg.Connection[Any]):
+    app.set_queue_limits("q", concurrency=2)
+    job = app.enqueue("t", {"n": 0}, queue="q")
+    db.execute("UPDATE skiplock.jobs SET state = 'failed', finished_at = now() WHERE id = %s", [job])
+    db.commit()
+    app.set_queue_limits("q")  # a finished job does not hold the row
+    assert rows(db) == []
+    app.retry_job(job)
+    assert flags(db, "q") == [False]
+
+
+def test_a_worker_of_every_queue_runs_a_retiring_queues_jobs(app: skiplock.App, dsn: str, db: psycopg.Connection[Any]):
+    """While a cleared queue's row stays (a job in flight still flagged), its jobs -- flagged or not --
+    are the flow claim's (the plain claims test queue_limits); a worker of every queue runs them all,
+    without limits, and the plain claims once the row is gone."""
+    ran: list[int] = []
+
+    @app.task("t")
+    def t(job: Any, n: int) -> None:
+        ran.append(n)
+
+    app.set_queue_limits("q", concurrency=1)
+    app.enqueue_many([("t", {"n": i}, {"queue": "q"}) for i in range(10)])
+    first = db.execute("SELECT min(id) FROM skiplock.jobs").fetchone()[0]
+    with psycopg.connect(dsn) as lease:
+        lease.execute("SELECT id FROM skiplock.jobs WHERE id = %s FOR UPDATE", [first])
+        app.set_queue_limits("q")
+        app.enqueue_many([("t", {"n": i}, {"queue": "q"}) for i in range(10, 15)])
+        assert rows(db) == ["q"] and flags(db, "q").count(True) == 1
+        worker = app.worker(concurrency=4, poll_interval=0.05, handle_signals=False, adaptive_limit=False)
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        try:
+            wait_for(lambda: len(ran) == 14, timeout=30, what="every job but the one in flight")
+            lease.rollback()
+            wait_for(lambda: len(ran) == 15, timeout=30, what="the last one, once let go")
+        finally:
+            worker.stop()
+            thread.join(30)
+    assert sorted(ran) == list(range(15))
+    assert app.backend.retire_queue_limits() == ["q"]
+    app.enqueue("t", {"n": 15}, queue="q")
+    with app.backend.connect_lease() as lease_session:  # the plain claim over every queue takes it now
+        lease_session.begin()
+        got = app.backend.claim(lease_session, None, 1, tasks=["t"])
+        assert [j.args for j in got] == [{"n": 15}] or [json.loads(j.args) for j in got] == [{"n": 15}]
+        lease_session.rollback()
