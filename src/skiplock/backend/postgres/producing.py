@@ -216,7 +216,9 @@ class Producing(PostgresConnections):
 
     def _copy_jobs(self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob]) -> list[int]:
         """Inside a transaction: one statement reserves the ids (in input order), reads the
-        transaction's ``now()`` and queues the wake-up NOTIFY; then COPY streams the rows, each with
+        transaction's ``now()``, queues the wake-up NOTIFY and finds which of the batch's queues have
+        limits (their rows locked to the COMMIT: the ``flow`` flag, ``flow_hint_of_many`` in
+        queries.sql); then COPY streams the rows, each with
         its id, in text format (psycopg formats rows in C; the server parses args as jsonb). Rows are
         sent as they are formatted, so the client's work overlaps the server's. A job without run_at
         gets that ``now()``, as ``coalesce(run_at, now())`` gives it in the INSERT path (a batch

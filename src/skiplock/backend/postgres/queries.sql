@@ -417,7 +417,8 @@ SELECT id FROM ins, wake;
 -- name: reserve_job_ids
 -- Batch enqueue by COPY, step 1 (in the batch's transaction): ids for %(n)s jobs, one nextval each in
 -- input order -- ascending, not contiguous, as concurrent enqueuers interleave --, the transaction's
--- now() (the run_at of jobs given none) and the one wake-up NOTIFY, delivered at commit. The sequence
+-- now() (the run_at of jobs given none), the one wake-up NOTIFY, delivered at commit, and the batch's
+-- queues with limits (%(limit_queues)s: its distinct queues), for the rows' `flow` flag. The sequence
 -- is looked up once (MATERIALIZED), not once per row.
 WITH seq AS MATERIALIZED (
 SELECT pg_get_serial_sequence(format('%%I.jobs', %(schema)s::text), 'id')::regclass AS seq)
@@ -990,9 +991,9 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
 
 -- name: claim_flow
 -- Lock up to %(limit)s available flow-controlled jobs (priority, id) of %(queues)s (NULL: every queue)
--- and %(tasks)s, skipping the keys the caller found full or held back this round (%(held_queues)s,
--- %(held_tasks)s: whole queues and unpartitioned tasks, filtered on the index entry; %(held)s: other
--- keys, checked per row). Returns one row per job locked: the job with its keys, their limits and
+-- and %(tasks)s without the `flow` flag (a limited queue's jobs: `claim_flow_of_queue`), skipping the
+-- keys the caller found full or held back this round (%(held_queues)s, %(held_tasks)s: whole queues
+-- and unpartitioned tasks, filtered on the index entry; %(held)s: other keys, checked per row). Returns one row per job locked: the job with its keys, their limits and
 -- rates (`flow_job_keys`). The caller then takes one free slot of each limited key of the claim in
 -- the same transaction (`take_slots`), before it runs any job.
 -- A batch (%(limit)s > 1; the worker's batching policy decides, as for the plain claim):
