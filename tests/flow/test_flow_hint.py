@@ -161,3 +161,46 @@ def test_a_worker_of_every_queue_runs_a_retiring_queues_jobs(app: skiplock.App, 
         got = app.backend.claim(lease_session, None, 1, tasks=["t"])
         assert [j.args for j in got] == [{"n": 15}] or [json.loads(j.args) for j in got] == [{"n": 15}]
         lease_session.rollback()
+
+
+def test_the_limited_queues_claim_goes_first_while_it_finds_the_jobs(app: skiplock.App):
+    """A task with limits in a limited queue (the `limits` case of bench/flow.py): its jobs are
+    flagged, so the flow claim of the task's limits over every queue finds none of them, and the
+    claim of the limited queue takes them. Once that claim has found jobs it goes first, so a drain
+    does not pay an empty claim (a BEGIN, the claim, a let-go) before each of its batches. Counted
+    on the real backend's `claim_flow_many` (wrapped, still called)."""
+    from skiplock.worker.batching import WholeBatches
+
+    ran: list[int] = []
+
+    @app.task("t", queue="q", concurrency=2, partition_by="k")
+    def t(job: Any, k: int) -> None:
+        ran.append(k)
+
+    app.set_queue_limits("q", concurrency=50)
+    jobs = 400
+    app.enqueue_many([("t", {"k": i % 100}) for i in range(jobs)])
+    calls: list[tuple[Any, int]] = []
+    real = app.backend.claim_flow_many
+
+    def counted(lease: Any, limit: int, queues: Any, *args: Any) -> Any:
+        got = real(lease, limit, queues, *args)
+        calls.append((queues, len(got)))
+        return got
+
+    app.backend.claim_flow_many = counted  # type: ignore[method-assign]
+    worker = app.worker(concurrency=2, poll_interval=0.05, handle_signals=False, adaptive_limit=False,
+                        batch_policy=WholeBatches(batch_size=8))
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: len(ran) == jobs, timeout=60, what="every job")
+    finally:
+        worker.stop()
+        thread.join(30)
+    found = [c for c in calls if c[1]]
+    empty_before_work = [c for c in calls if not c[1] and c[0] is None]
+    assert found and all(queues == ["q"] for queues, _ in found), found[:5]
+    # one empty claim over every queue at the start (and a few at the end, when nothing is left);
+    # with the task limits' claim always first: one per batch, at least jobs / 8 / 2 = 25
+    assert len(empty_before_work) <= 8, (len(empty_before_work), len(found))
