@@ -253,6 +253,17 @@ class Operations:
                  "rate_period": p, "updated_at": at}
                 for t, c, n, p, at in backend.task_limits()]  # type: ignore[attr-defined]  # base.FlowBackend
 
+    def clearing_queue_limits(self) -> list[str]:
+        """The queues whose limits were cleared while some of their jobs were in flight (or being
+        enqueued): they keep a row without limits, served by the workers' flow claim, until those end
+        -- every worker's maintenance pass then deletes it (docs/flow-control.md, "Which index each
+        claim walks"). Empty on a backend without flow control."""
+        backend = self._ready()
+        if not backend.capabilities.flow_control:
+            return []
+        return [r[0] for r in backend.queue_limits(retiring=True)  # type: ignore[attr-defined]  # base.FlowBackend
+                if r[1] is None and r[2] is None and not r[5]]
+
     def queue_limits(self) -> list[dict[str, Any]]:
         """The queues with limits: ``{"queue", "concurrency", "rate" ("100/min"), "rate_count",
         "rate_period" (seconds), "fair", "weights", "updated_at"}``, by queue (none on a backend without flow control)."""

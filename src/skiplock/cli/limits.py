@@ -28,8 +28,9 @@ def limits(obj: Context, as_json: bool) -> None:
     app = obj.app()
     rows = app.queue_limits()
     tasks = app.task_limits()
+    clearing = app.clearing_queue_limits()
     if as_json:
-        emit_json({"schema": app.schema, "limits": rows, "task_limits": tasks})
+        emit_json({"schema": app.schema, "limits": rows, "task_limits": tasks, "clearing": clearing})
         return
     table = Table(title=plain(f"skiplock limits (schema {app.schema})"))
     for column in ("queue", "concurrency", "rate", "fair", "changed"):
@@ -40,6 +41,10 @@ def limits(obj: Context, as_json: bool) -> None:
     if not rows:
         table.add_row("(no queue limits)", "", "", "", "")
     console.print(table)
+    for queue in clearing:
+        console.print(plain(f"queue {queue}: limits cleared; the workers' flow claim serves it until its "
+                            "jobs in flight since then end (every worker's maintenance pass then hands it back "
+                            "to the plain claims)"))
     if tasks:
         table = Table(title="task limits set at runtime (over the code's)")
         for column in ("task", "concurrency", "rate", "changed"):

@@ -45,6 +45,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 import uuid
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -55,6 +56,10 @@ from .flow import REFRESH_SECONDS
 from .gate import AsyncRunGate
 from .presence import SEEN_INTERVAL
 from .stats import WorkerStats
+
+# How often the asyncio worker tries to delete the rows of queues whose limits were cleared (the
+# threaded worker's rescuer pass does it as often: its default rescue_interval).
+RETIRE_SECONDS = 5.0
 
 if TYPE_CHECKING:
     from ..app import App
@@ -202,11 +207,19 @@ class _Claimable:
         self.app = app
         self.lists = [(claimed, list(claimed)), (txn, list(txn))]  # (the loop's list, every name)
         self.limited: set[str] = set()
+        self._retire_at = 0.0  # the next retirement pass (monotonic time)
 
     async def refresh(self) -> None:
         backend = self.app._ready()
         if not backend.capabilities.flow_control:
             return
+        now = time.monotonic()
+        if now >= self._retire_at:  # as the threaded worker's rescuer pass does (maintenance/rescuer.py):
+            # a queue whose limits were cleared is served by the plain claims -- this worker's too --
+            # once its row is gone (migration 17)
+            self._retire_at = now + RETIRE_SECONDS
+            for queue in await asyncio.to_thread(backend.retire_queue_limits):
+                log.info("queue %s: its cleared limits are gone; the plain claims serve it again", queue)
         rows = await asyncio.to_thread(backend.task_limits)
         limited = {r[0] for r in rows if r[0] in self.app.tasks and (r[1] is not None or r[2] is not None)}
         if limited == self.limited:

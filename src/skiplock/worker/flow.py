@@ -53,6 +53,11 @@ if TYPE_CHECKING:
 REFRESH_SECONDS = 1.0
 # Tries of one claim round (each rules out the keys found full): then the round reports nothing.
 MAX_TRIES = 16
+# After the claim of the task limits' jobs over the worker's queues found nothing, it goes after the
+# limited queues' claims for this long, doubling while it keeps finding nothing, up to TASKS_REST_MAX
+# (a job of a task with limits waits at most about that long behind a limited queue's backlog).
+TASKS_REST_SECONDS = 0.05
+TASKS_REST_MAX = 0.25
 
 
 class FlowControl:
@@ -71,7 +76,8 @@ class FlowControl:
         self.unlimited_tasks: list[str] = []
         self.all_tasks: list[str] = []
         self._turn = 0  # the limited queue the flow claim tried first last time (an index)
-        self._queues_first = False  # the limited queues' claims found the last jobs (not the tasks')
+        self._tasks_empty = 0  # the task limits' claims in a row that found nothing (the process's)
+        self._tasks_rest_until = 0.0  # that claim goes last until then (monotonic time)
         self._apply_task_limits()
         self.supported = self.backend.capabilities.flow_control
         if self.limits and not self.supported:
@@ -189,8 +195,8 @@ class FlowControl:
         caller lets go the ordinary claim's batches: they move no cursor)."""
         self._fair_batches.pop(slot, None)  # a record of a batch never run (let go in claiming.py)
         plans: list[tuple[list[str] | None, list[str]]] = []
+        limited_queues = self.limited_queues()  # (also re-reads the task limits, used just below)
         tasks_plan = (self.queues, self.limited_tasks) if self.limits else None
-        limited_queues = self.limited_queues()
         for queue in self._fair_queues:
             if limit > 1 and not self._weights.get(queue):
                 jobs = self._fair_batch(lease, bookkeeping, queue, slot, limit, alone)
@@ -212,15 +218,21 @@ class FlowControl:
             # others' jobs waiting (their order across queues is not the claim index's any more)
             self._turn = start = (self._turn + 1) % len(limited_queues)
             plans.extend(([q], queue_tasks) for q in limited_queues[start:] + limited_queues[:start])
+        now = time.monotonic()
         if tasks_plan is not None:
-            # the task limits' claim goes first unless the limited queues' found the last jobs: each
-            # claim that finds none is a round trip more for every claim that follows it (measured:
-            # a `limits` drain, whose jobs are all a limited queue's, made one empty claim per batch)
-            plans.insert(len(plans) if self._queues_first else 0, tasks_plan)
+            # The task limits' claim goes first, but for a rest after it found nothing (the process's,
+            # doubling from TASKS_REST_SECONDS up to TASKS_REST_MAX while it keeps finding nothing):
+            # an empty claim first is a round trip more for every claim (measured: a `limits` drain,
+            # whose jobs are all a limited queue's, made one per batch), and always last would leave
+            # its jobs waiting for as long as the limited queues' claims find work.
+            plans.insert(0 if now >= self._tasks_rest_until else len(plans), tasks_plan)
         for plan in plans:
             jobs = self._claim_round(lease, bookkeeping, *plan, slot, limit)
+            if plan is tasks_plan:
+                self._tasks_empty = 0 if jobs else self._tasks_empty + 1
+                self._tasks_rest_until = 0.0 if jobs else now + min(
+                    TASKS_REST_SECONDS * 2 ** min(self._tasks_empty - 1, 8), TASKS_REST_MAX)
             if jobs:
-                self._queues_first = plan is not tasks_plan
                 return jobs
         return []
 

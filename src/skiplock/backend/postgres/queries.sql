@@ -688,7 +688,10 @@ DELETE FROM {schema}.job_cancellations WHERE job_id = %(id)s;
 WITH upd AS (
 UPDATE {schema}.jobs j
    SET state = 'queued', attempts = 0, run_at = now(), finished_at = NULL, started_at = NULL, result = NULL,
-       flow = false  -- its queue may have no row any more (I1, migration 17)
+       -- the flag as an enqueue sets it (`flow_hint_of_one`), for its queue now
+       flow = EXISTS (SELECT FROM {schema}.queue_limits l
+                       WHERE l.queue = j.queue AND (l.concurrency IS NOT NULL OR l.rate_count IS NOT NULL OR l.fair)
+                         FOR KEY SHARE)
  WHERE j.id = %(id)s AND j.state IN ('failed', 'cancelled')
    AND (j.unique_key IS NULL OR NOT EXISTS (SELECT 1 FROM {schema}.jobs h WHERE h.unique_key = j.unique_key
                                                 AND h.state IN ('queued', 'running')))
@@ -719,7 +722,10 @@ SELECT j.id, j.unique_key,
 upd AS (
 UPDATE {schema}.jobs j
    SET state = 'queued', attempts = 0, run_at = now(), finished_at = NULL, started_at = NULL, result = NULL,
-       flow = false  -- its queue may have no row any more (I1, migration 17)
+       -- the flag as an enqueue sets it (`flow_hint_of_one`), for its queue now
+       flow = EXISTS (SELECT FROM {schema}.queue_limits l
+                       WHERE l.queue = j.queue AND (l.concurrency IS NOT NULL OR l.rate_count IS NOT NULL OR l.fair)
+                         FOR KEY SHARE)
   FROM failed f
  WHERE j.id = f.id AND j.state = 'failed' AND f.holder IS NULL
    AND (f.unique_key IS NULL OR f.first_with_key = f.id)

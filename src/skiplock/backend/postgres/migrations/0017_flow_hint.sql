@@ -19,7 +19,8 @@
 --   under FOR UPDATE, which waits for those enqueues, and only when a new snapshot finds no
 --   unfinished flagged job of the queue; clearing a queue's limits first leaves the row without
 --   limits ("retiring": the flow claim still serves the queue, with no slot or rate to take) until
---   then. A failed or cancelled job put back (`retry_job`, `retry_failed`) loses its flag.
+--   then. A failed or cancelled job put back (`retry_job`, `retry_failed`) gets its flag anew, as an
+--   enqueue sets it.
 -- Adding a NOT NULL column with a constant default rewrites nothing; the jobs of limited queues
 -- waiting now are flagged here, and the claim index is rebuilt (it locks the table against writes
 -- while it builds, as migration 7 did).
