@@ -194,6 +194,10 @@ class AsyncApp:
         """:meth:`App.queue_limits`."""
         return await asyncio.to_thread(self.app.queue_limits)
 
+    async def clearing_queue_limits(self) -> list[str]:
+        """:meth:`App.clearing_queue_limits`."""
+        return await asyncio.to_thread(self.app.clearing_queue_limits)
+
     async def pause_queue(self, queue: str, *, force: bool = False) -> None:
         """:meth:`App.pause_queue`."""
         await asyncio.to_thread(self.app.pause_queue, queue, force=force)

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # The App methods AsyncApp offers as coroutines (same parameters), and the ones it offers as they are.
 COROUTINES = ("migrate", "check", "enqueue", "enqueue_many", "get_job", "list_jobs", "counts", "live_workers",
               "untakeable_jobs", "cancel_job", "retry_job", "retry_failed", "pause_queue", "resume_queue", "queues",
-              "wait", "prune", "close", "set_queue_limits", "queue_limits", "set_task_limits", "task_limits")
+              "wait", "prune", "close", "set_queue_limits", "queue_limits", "clearing_queue_limits", "set_task_limits", "task_limits")
 PLAIN = ("task", "periodic", "outbox")
 # App members that configure or build objects, reached as ``aapp.app.<name>`` (``run_worker`` runs a worker).
 ON_APP_ONLY = ("configure", "dsn", "backend", "get_task", "worker", "relay", "read_model",  # read_model: sync views
