@@ -18,7 +18,6 @@ and runs nothing. The database stays afterwards for inspection (the demo prints 
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -143,12 +142,6 @@ def _run(dialect: ModuleType, dsn: str, database: str, *, jobs: int, workers: in
                     if killed_in_flight:
                         progress.console.print(f"[bold red]SIGKILL[/] worker {victim.pid} with job(s) "
                                                f"{_ids(killed_in_flight)} in flight")
-                    else:
-                        # it was caught between jobs: let it run about as long as it was stopped (at
-                        # least 0.1 s), at a random length so the next look lands elsewhere in its
-                        # cycle -- a few ms per look starved it on a loaded machine, and the other
-                        # worker drained every job before it was ever seen with one in flight
-                        time.sleep(random.uniform(0.02, 0.15))
                 time.sleep(0.05 if killed_in_flight or done < jobs // 3 else 0.002)
         elapsed = time.monotonic() - start
     finally:
