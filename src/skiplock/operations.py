@@ -261,8 +261,7 @@ class Operations:
         backend = self._ready()
         if not backend.capabilities.flow_control:
             return []
-        return [r[0] for r in backend.queue_limits(retiring=True)  # type: ignore[attr-defined]  # base.FlowBackend
-                if r[1] is None and r[2] is None and not r[5]]
+        return backend.retiring_queues()  # type: ignore[attr-defined, no-any-return]  # base.FlowBackend
 
     def queue_limits(self) -> list[dict[str, Any]]:
         """The queues with limits: ``{"queue", "concurrency", "rate" ("100/min"), "rate_count",

@@ -174,16 +174,19 @@ class Operating(Producing):
             except psycopg.errors.LockNotAvailable:
                 return False
 
+    def retiring_queues(self) -> list[str]:
+        """The queues whose row was left without limits (retiring: see :meth:`set_queue_limit`)."""
+        return [q for (q,) in self._all("retiring_queue_limits")]
+
     def retire_queue_limits(self) -> list[str]:
         """:meth:`retire_queue_limit` for every row without limits; the queues whose row went."""
-        return [q for (q,) in self._all("retiring_queue_limits") if self.retire_queue_limit(q)]
+        return [q for q in self.retiring_queues() if self.retire_queue_limit(q)]
 
     def queue_limits(self, retiring: bool = False) -> list[tuple[Any, ...]]:
         """(queue, concurrency, rate_count, rate_period, updated_at, fair, weights) per queue with
         limits; with ``retiring``, also the rows left without limits (their queues are still served
         by the flow claim until the row goes: worker/flow.py)."""
-        rows = [tuple(r) for r in self._all("queue_limits")]
-        return rows if retiring else [r for r in rows if r[1] is not None or r[2] is not None or r[5]]
+        return [tuple(r) for r in self._all("queue_limits", {"retiring": retiring})]
 
     def set_task_limit(self, task: str, concurrency: int | None, rate: tuple[int, float] | None,
                        clear: bool = False) -> None:

@@ -22,6 +22,12 @@ COPY_MIN_JOBS = 1000
 COPY_TYPES = ("int8", "text", "text", "text", "int4", "int4", "bool", "timestamptz")
 
 
+def distinct_queues(jobs: Sequence[NewJob]) -> list[str]:
+    """A batch's queue names, each once: the `limit_queues` parameter of the statements that set the
+    ``flow`` flag (``flow_hint_of_many`` in queries.sql)."""
+    return sorted({j.queue for j in jobs})
+
+
 # A keyed batch whose holders keep finishing between its insert and its lookup is tried this many
 # times (as `enqueue_unique` tries its one key) before giving up.
 KEYED_ATTEMPTS = 10
@@ -66,7 +72,7 @@ class KeyedBatch:
         return backend.q["enqueue_many_unique"], {
             "wake": backend.wake_payload, "schema": backend.schema,
             "queues": [j.queue for j in jobs], "tasks": [j.task for j in jobs], "args": [j.args_json for j in jobs],
-            "limit_queues": sorted({j.queue for j in jobs}),
+            "limit_queues": distinct_queues(jobs),
             "priorities": [j.priority for j in jobs], "max_attempts": [j.max_attempts for j in jobs],
             "run_ats": [j.run_at for j in jobs],
             "unique_keys": [self.keyed[i][0] if i in self.keyed else None for i in self.sent],
@@ -129,7 +135,7 @@ class Producing(PostgresConnections):
             }
         return self.q["enqueue_many"], {
             "wake": self.wake_payload, "queues": [j.queue for j in jobs], "tasks": [j.task for j in jobs],
-            "limit_queues": sorted({j.queue for j in jobs}),
+            "limit_queues": distinct_queues(jobs),
             "args": [j.args_json for j in jobs], "priorities": [j.priority for j in jobs],
             "max_attempts": [j.max_attempts for j in jobs], "run_ats": [j.run_at for j in jobs],
             "partitions": [j.partition for j in jobs], "sequences": [j.sequence for j in jobs],
@@ -226,7 +232,7 @@ class Producing(PostgresConnections):
         cur = conn.cursor(row_factory=tuple_row)  # the caller's cursor class (ClientCursor: text results only)
         ids, now, _, limited = cur.execute(self.q["reserve_job_ids"], {
             "schema": self.schema, "n": len(jobs), "wake": self.wake_payload,
-            "limit_queues": sorted({j.queue for j in jobs})}).fetchall()[0]
+            "limit_queues": distinct_queues(jobs)}).fetchall()[0]
         flagged = set(limited)  # the batch's queues with limits (the `flow` flag: migration 17)
         ids.sort()  # already ascending (one nextval per row, in order); sorting makes it a guarantee
         with_run_at = any(j.run_at is not None for j in jobs)

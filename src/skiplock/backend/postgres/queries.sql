@@ -381,7 +381,7 @@ SELECT upd.state,
 -- I1 of 0017_flow_hint.sql). A queue without a row locks nothing; a row without limits (retiring)
 -- fails the test before the lock. KEY SHARE does not conflict with the updates of `set_queue_limit`.
        EXISTS (SELECT FROM {schema}.queue_limits l
-                WHERE l.queue = %(queue)s AND (l.concurrency IS NOT NULL OR l.rate_count IS NOT NULL OR l.fair)
+                WHERE l.queue = %(queue)s AND l.limited
                   FOR KEY SHARE)
 
 -- fragment: flow_hint_of_many
@@ -389,7 +389,7 @@ SELECT upd.state,
 -- limited ones among them, each row locked as there, once per statement (an InitPlan).
        ARRAY(SELECT l.queue FROM {schema}.queue_limits l
               WHERE l.queue = ANY(%(limit_queues)s::text[])
-                AND (l.concurrency IS NOT NULL OR l.rate_count IS NOT NULL OR l.fair)
+                AND l.limited
                 FOR KEY SHARE)
 
 -- name: enqueue_many
@@ -690,7 +690,7 @@ UPDATE {schema}.jobs j
    SET state = 'queued', attempts = 0, run_at = now(), finished_at = NULL, started_at = NULL, result = NULL,
        -- the flag as an enqueue sets it (`flow_hint_of_one`), for its queue now
        flow = EXISTS (SELECT FROM {schema}.queue_limits l
-                       WHERE l.queue = j.queue AND (l.concurrency IS NOT NULL OR l.rate_count IS NOT NULL OR l.fair)
+                       WHERE l.queue = j.queue AND l.limited
                          FOR KEY SHARE)
  WHERE j.id = %(id)s AND j.state IN ('failed', 'cancelled')
    AND (j.unique_key IS NULL OR NOT EXISTS (SELECT 1 FROM {schema}.jobs h WHERE h.unique_key = j.unique_key
@@ -724,7 +724,7 @@ UPDATE {schema}.jobs j
    SET state = 'queued', attempts = 0, run_at = now(), finished_at = NULL, started_at = NULL, result = NULL,
        -- the flag as an enqueue sets it (`flow_hint_of_one`), for its queue now
        flow = EXISTS (SELECT FROM {schema}.queue_limits l
-                       WHERE l.queue = j.queue AND (l.concurrency IS NOT NULL OR l.rate_count IS NOT NULL OR l.fair)
+                       WHERE l.queue = j.queue AND l.limited
                          FOR KEY SHARE)
   FROM failed f
  WHERE j.id = f.id AND j.state = 'failed' AND f.holder IS NULL
@@ -1249,7 +1249,7 @@ SELECT ok.granted, (SELECT count(*) FROM cur) = cardinality(%(keys)s::text[]),
 -- name: queue_limited_now
 -- `set_queue_limit`'s first step, in its transaction: whether the queue has limits now (NULL: no
 -- row), its row locked against another change (FOR NO KEY UPDATE: not against the enqueues' KEY SHARE).
-SELECT concurrency IS NOT NULL OR rate_count IS NOT NULL OR fair
+SELECT limited
   FROM {schema}.queue_limits WHERE queue = %(queue)s FOR NO KEY UPDATE;
 
 -- name: set_queue_limit
@@ -1284,7 +1284,7 @@ RETURNING queue;
 
 -- name: retiring_queue_limits
 SELECT queue FROM {schema}.queue_limits
- WHERE concurrency IS NULL AND rate_count IS NULL AND NOT fair ORDER BY queue;
+ WHERE NOT limited ORDER BY queue;
 
 -- name: retire_lock
 -- `retire_queue_limit`, step 1 (its transaction, under a short lock_timeout): the row of a queue
@@ -1293,7 +1293,7 @@ SELECT queue FROM {schema}.queue_limits
 -- find no row or no limits and set no flag). No row: nothing to do (gone, or limited again).
 SELECT set_config('lock_timeout', %(lock_timeout)s, true),
        EXISTS (SELECT FROM {schema}.queue_limits
-                WHERE queue = %(queue)s AND concurrency IS NULL AND rate_count IS NULL AND NOT fair
+                WHERE queue = %(queue)s AND NOT limited
                   FOR UPDATE);
 
 -- name: unflag_queue_jobs
@@ -1315,9 +1315,10 @@ DELETE FROM {schema}.queue_limits l
 RETURNING l.queue;
 
 -- name: queue_limits
--- Every row: those without limits are retiring (`clear_queue_limit`; the worker's flow claim still
--- serves their queue, the readers leave them out).
-SELECT queue, concurrency, rate_count, rate_period, updated_at, fair, weights FROM {schema}.queue_limits ORDER BY queue;
+-- The rows with limits; with %(retiring)s, also those without (retiring: `clear_queue_limit`; the
+-- worker's flow claim still serves their queue, the readers leave them out).
+SELECT queue, concurrency, rate_count, rate_period, updated_at, fair, weights FROM {schema}.queue_limits
+ WHERE limited OR %(retiring)s ORDER BY queue;
 
 -- name: set_task_limit
 -- A task's limits at runtime (migration 16; `skiplock limit --task`): they replace the code's in every

@@ -26,10 +26,14 @@
 -- while it builds, as migration 7 did).
 ALTER TABLE {schema}.jobs ADD COLUMN flow boolean NOT NULL DEFAULT false;
 
+-- Whether a queue's row has limits (false: a row left without any, retiring): the one definition
+-- every statement tests (a stored generated column; the table holds a row per limited queue).
+ALTER TABLE {schema}.queue_limits ADD COLUMN limited boolean
+    GENERATED ALWAYS AS (concurrency IS NOT NULL OR rate_count IS NOT NULL OR fair) STORED;
+
 UPDATE {schema}.jobs SET flow = true
  WHERE state IN ('queued', 'running', 'blocked')
-   AND queue IN (SELECT queue FROM {schema}.queue_limits
-                  WHERE concurrency IS NOT NULL OR rate_count IS NOT NULL OR fair);
+   AND queue IN (SELECT queue FROM {schema}.queue_limits WHERE limited);
 
 DROP INDEX {schema}.jobs_claim_any_idx;
 CREATE INDEX jobs_claim_any_idx ON {schema}.jobs (priority, id, task) WHERE state = 'queued' AND NOT flow;
