@@ -111,3 +111,47 @@ def positional(statement: str) -> tuple[str, list[str]]:
         return f"${names.index(match.group(1)) + 1}"
 
     return re.sub(r"%\((\w+)\)[sb]", number, statement).replace("%%", "%"), names
+
+
+# The two plans a prepared statement can run: the generic one a worker's session keeps, and one made
+# for the values at hand (a plan test checks both).
+PLANS = ["force_generic_plan", "force_custom_plan"]
+
+
+def plan(dsn: str, query: str, values: dict[str, Any], analyze: bool = False,
+         mode: str = "force_generic_plan", warm: bool = False) -> Any:
+    """The plan of ``query`` as a prepared statement runs it under ``mode``: PREPARE, then EXPLAIN
+    EXECUTE with the values. (An EXPLAIN sent with bound parameters is planned for those values
+    whatever plan_cache_mode says: it never showed the generic plan, which a worker's claims keep.)
+    ``warm``: run it once first, in the same transaction, so that the buffers counted are the
+    statement's own, not the session's first look-ups in the catalogs (a worker's session made them
+    long ago)."""
+    import psycopg
+    from psycopg import sql
+
+    text, names = positional(query)
+    with psycopg.connect(dsn) as c:
+        c.execute(sql.SQL("SET plan_cache_mode = {}").format(sql.Identifier(mode)))
+        c.execute("PREPARE claim AS " + text)
+        options = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
+        args = sql.SQL(", ").join(sql.Literal(values[n]) for n in names)
+        explain = sql.SQL("EXPLAIN ({}) EXECUTE claim{}").format(
+            sql.SQL(options), sql.SQL("({})").format(args) if names else sql.SQL(""))
+        if warm:
+            c.execute(explain)
+        rows = c.execute(explain).fetchone()[0]  # type: ignore[index]
+        c.rollback()
+    return rows[0]["Plan"]
+
+
+def nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """``node`` and every node under it, depth first."""
+    out = [node]
+    for child in node.get("Plans", []):
+        out += nodes(child)
+    return out
+
+
+def job_scans(root: dict[str, Any]) -> list[dict[str, Any]]:
+    """The plan's scans of the jobs table."""
+    return [n for n in nodes(root) if n.get("Relation Name") == "jobs"]
