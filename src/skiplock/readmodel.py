@@ -198,7 +198,7 @@ class QueueSummary:
     ``counts``: jobs per state (every state present; ``running`` includes transaction-lease jobs in
     flight), each a :class:`BoundedCount` exact up to the cap. ``ready``: queued jobs due now and not
     in flight (exact up to the cap). ``head_due_at``/``head_age``: the ready job a worker claims next
-    (first in the claim's order: priority, then id) -- when it became due and how long it has waited,
+    (first in the claim's order: priority, then run_at, then id) -- when it became due and how long it has waited,
     the queue's latency now; None when nothing is ready. (This is not always the oldest ready job:
     a higher-priority job is claimed first.) ``paused``: nobody claims from the queue now.
     ``limits``: its flow-control limits (:class:`QueueLimits`), None when it has none."""

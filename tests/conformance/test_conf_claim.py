@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from conformance_support import new_job
 from support import wait_for
 
@@ -55,14 +57,32 @@ def test_terminating_a_lease_session_returns_the_job(subject, enqueue, backend):
     assert again.id == job_id
 
 
-def test_claim_order_is_priority_then_id_and_a_future_run_at_waits(subject, enqueue):
-    """Guarantee: "ORDER BY priority, id" per claim; a job is not claimed before its run_at."""
+def test_claim_order_is_priority_then_run_at_then_id_and_a_future_run_at_waits(subject, enqueue):
+    """Guarantee: "ORDER BY priority, run_at, id" per claim; a job is not claimed before its run_at."""
     enqueue(run_at=datetime.now(timezone.utc) + timedelta(hours=1))
     low = enqueue(priority=5)
     high = enqueue(priority=-1)
     middle = enqueue(priority=0)
     lease = subject.lease()
     assert [j.id for j in subject.claim(lease, limit=10)] == [high, middle, low]
+
+
+@pytest.mark.parametrize("queues", [["default"], ["default", "other"], None], ids=["one", "several", "every"])
+def test_within_a_priority_the_job_due_first_is_claimed_first(subject, enqueue, queues):
+    """Guarantee: within a priority, claims take jobs in the order they became due (run_at), then by
+    id: a job scheduled for an earlier time, or a retry's job back after its backoff, does not jump
+    ahead of jobs due before it because of its lower id, nor wait behind later ones because of a
+    higher id -- by each claim statement (one queue, several, every queue)."""
+    now = datetime.now(timezone.utc)
+    later = enqueue(run_at=now - timedelta(minutes=1))
+    earlier = enqueue(run_at=now - timedelta(minutes=10))
+    tied = [enqueue(run_at=now - timedelta(minutes=5)) for _ in range(2)]
+    urgent = enqueue(priority=-1, run_at=now)
+    enqueue(run_at=now + timedelta(hours=1))  # not due: never claimed
+    lease = subject.lease()
+    assert [j.id for j in subject.claim(lease, queues, limit=10)] == [urgent, earlier, *tied, later]
+    subject.rollback(lease)
+    assert [j.id for j in subject.claim(lease, queues, tasks=["t"], limit=10)] == [urgent, earlier, *tied, later]
 
 
 def test_a_claim_takes_only_the_tasks_it_names(subject, enqueue):

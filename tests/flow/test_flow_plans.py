@@ -16,10 +16,9 @@ from psycopg import sql
 import skiplock
 from skiplock.backend.postgres.queries import with_limit
 
-from support import positional
+from support import PLANS, job_scans, nodes, plan
 
 LIMITS = {"lt_tasks": ["t"], "lt_concurrency": [2], "lt_partition_by": ["customer"], "lt_every": [None]}
-PLANS = ["force_generic_plan", "force_custom_plan"]
 
 
 def params(**extra: Any) -> dict[str, Any]:
@@ -27,33 +26,6 @@ def params(**extra: Any) -> dict[str, Any]:
             "after": None, **LIMITS}
     base.update(extra)
     return base
-
-
-def plan(dsn: str, query: str, values: dict[str, Any], analyze: bool = False,
-         mode: str = "force_generic_plan") -> Any:
-    """The plan of ``query`` as a prepared statement runs it under ``mode``: PREPARE, then EXPLAIN
-    EXECUTE with the values. (An EXPLAIN sent with bound parameters is planned for those values
-    whatever plan_cache_mode says: it never showed the generic plan, which a worker's claims keep.)"""
-    text, names = positional(query)
-    with psycopg.connect(dsn) as c:
-        c.execute(sql.SQL("SET plan_cache_mode = {}").format(sql.Identifier(mode)))
-        c.execute("PREPARE claim AS " + text)
-        options = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
-        args = sql.SQL(", ").join(sql.Literal(values[n]) for n in names)
-        rows = c.execute(sql.SQL("EXPLAIN ({}) EXECUTE claim({})").format(sql.SQL(options), args)).fetchone()[0]
-        c.rollback()
-    return rows[0]["Plan"]
-
-
-def nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
-    out = [node]
-    for child in node.get("Plans", []):
-        out += nodes(child)
-    return out
-
-
-def job_scans(root: dict[str, Any]) -> list[dict[str, Any]]:
-    return [n for n in nodes(root) if n.get("Relation Name") == "jobs"]
 
 
 @pytest.mark.parametrize("mode", PLANS)
@@ -142,10 +114,18 @@ def test_the_flow_claim_of_one_queue_walks_that_queues_entries_only(app: skiploc
     root = plan(dsn, with_limit(app.backend.q["claim_flow_of_queue"], 32), params(queue="small"), analyze=True,
                 mode=mode)
     scans = job_scans(root)
-    assert scans[0]["Node Type"] == "Index Scan" and scans[0]["Index Name"] == "jobs_claim_idx", json.dumps(root)[:3000]
-    assert "queue = " in scans[0]["Index Cond"] and "task = ANY" in scans[0]["Index Cond"], scans[0]
-    assert not [n for n in nodes(root) if n["Node Type"] == "Sort" and job_scans(n)]
-    assert sum(n.get("Actual Rows", 0) for n in scans[:1]) == 32
+    assert scans[0]["Node Type"] == "Index Scan", json.dumps(root)[:3000]
+    if mode == "force_custom_plan" and scans[0]["Index Name"] == "jobs_state_queue_idx":
+        # A plan made for a queue of 40 jobs may read them by (state, queue) and sort them: its cost
+        # is within a few percent of the walk's (70.7 against 66.9 measured, since migration 18 made
+        # run_at a key of jobs_claim_idx). It still reads that queue's entries only, which is what
+        # this guards; a worker's claim runs under the generic plan (`generic_plan_for_claim`).
+        assert scans[0]["Index Cond"] == "((state = 'queued'::text) AND (queue = 'small'::text))", scans[0]
+    else:
+        assert scans[0]["Index Name"] == "jobs_claim_idx", json.dumps(root)[:3000]
+        assert "queue = " in scans[0]["Index Cond"] and "task = ANY" in scans[0]["Index Cond"], scans[0]
+        assert not [n for n in nodes(root) if n["Node Type"] == "Sort" and job_scans(n)]
+    assert sum(n.get("Actual Rows", 0) for n in scans[:1]) in (32, 40)  # 40: the sorted plan reads all of them
     read = sum(n.get("Shared Hit Blocks", 0) + n.get("Shared Read Blocks", 0) for n in scans)
     # the descent to "small" and its 32 rows (a few heap pages): the same for 5,000 or 50,000 in "big"
     assert read <= 20, (backlog, read, json.dumps(root)[:3000])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import datetime, timedelta, timezone
 from typing import Any, Iterator
 
 import pytest
@@ -152,6 +153,37 @@ def test_claim_plan_uses_the_index_without_filesort(backend: MySQLBackend, queue
         assert "filesort" not in str(p["Extra"]), plan
         assert p["type"] != "ALL", plan
         assert p["key"] in ("jobs_claim", "jobs_claim_any"), plan
+
+
+@pytest.mark.parametrize("queues", [["default"], None])
+def test_a_claim_reads_no_entry_of_the_jobs_not_yet_due_ahead_of_it(backend: MySQLBackend, queues: Any) -> None:
+    """2,000 jobs due in an hour (the lower ids) ahead of two due ones: the claim (one queue, every
+    queue) reads a due job's index entry first -- the index is in (priority, run_at, id) order, as
+    the claim -- not the 2,000 (before migration 7 it read each of them and dropped it: counted by the
+    server's handler reads of this session)."""
+    later = datetime.now(timezone.utc).replace(tzinfo=None) + timedelta(hours=1)
+    backend.enqueue([NewJob("t", json.dumps({}), "default", 0, 3, later) for _ in range(2000)])
+    due = backend.enqueue([job(), job()])
+    with backend._conn() as c, c.cursor() as cur:
+        cur.execute(f"ANALYZE TABLE {backend.tables['jobs']}")
+        cur.fetchall()
+        if queues:
+            sql, params = backend.q["claim"], {"queue": queues[0], "limit": 1}
+        else:
+            sql, params = backend.q["claim_any_queue"], {"all_queues": 1, "queues": [""], "all_tasks": 1,
+                                                         "tasks": [""], "limit": 1}
+
+        def reads() -> int:
+            cur.execute("SHOW SESSION STATUS WHERE Variable_name IN ('Handler_read_next', 'Handler_read_key')")
+            return sum(int(v) for _, v in cur.fetchall())
+
+        before = reads()
+        cur.execute(sql, params)
+        claimed = [r[0] for r in cur.fetchall()]
+        read = reads() - before
+        c.rollback()
+    assert claimed == due[:1]
+    assert read <= 10, read
 
 
 def test_statement_binlog_format_is_refused() -> None:

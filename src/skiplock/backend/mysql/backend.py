@@ -5,7 +5,7 @@ What it guarantees, as PostgresBackend does (docs/guarantees.md, docs/mysql.md):
 - every session it opens runs at READ COMMITTED in UTC with a short ``innodb_lock_wait_timeout``
   (``session_setup``), and MariaDB's ``idle_transaction_timeout`` = ``lease_timeout`` where the
   server has it (pooled sessions too: a frozen rescuer's transaction cannot pin expired leases);
-- the claim is ``SELECT … ORDER BY priority, id LIMIT n FOR UPDATE SKIP LOCKED`` on an index whose
+- the claim is ``SELECT … ORDER BY priority, run_at, id LIMIT n FOR UPDATE SKIP LOCKED`` on an index whose
   columns are its equality filters then exactly its ORDER BY; a deadlock (1213) or lock wait timeout
   (1205) during it rolls the whole attempt back and retries (a few times, with jitter);
 - start-up refuses ``binlog_format = STATEMENT`` (SKIP LOCKED is unsafe for statement-based

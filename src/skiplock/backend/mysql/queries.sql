@@ -19,8 +19,8 @@ SET SESSION time_zone = '+00:00', SESSION innodb_lock_wait_timeout = %(lock_wait
 SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED;
 
 -- name: claim
--- The seed's claim inside the lease transaction: the first available rows in (priority, id) order
--- that no other transaction holds. jobs_claim is (state, queue, priority, id): the equality filters,
+-- The seed's claim inside the lease transaction: the first available rows in (priority, run_at, id) order
+-- that no other transaction holds. jobs_claim is (state, queue, priority, run_at, id): the equality filters,
 -- then exactly the ORDER BY, so the scan reads candidates in order and stops at LIMIT -- no filesort
 -- (a filesort would read and lock-test every candidate first and serialise the workers). FORCE
 -- INDEX: the optimiser must not pick a full scan on a small or skewed table. SKIP LOCKED skips rows
@@ -31,7 +31,7 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
   FROM {jobs} FORCE INDEX (jobs_claim)
  WHERE state = 'queued' AND queue = %(queue)s AND run_at <= UTC_TIMESTAMP(6)
    AND NOT EXISTS (SELECT 1 FROM {paused_queues} WHERE queue = %(queue)s)
- ORDER BY priority, id
+ ORDER BY priority, run_at, id
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
 
@@ -41,12 +41,12 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
   FROM {jobs} FORCE INDEX (jobs_claim)
  WHERE state = 'queued' AND queue = %(queue)s AND task IN %(tasks)s AND run_at <= UTC_TIMESTAMP(6)
    AND NOT EXISTS (SELECT 1 FROM {paused_queues} WHERE queue = %(queue)s)
- ORDER BY priority, id
+ ORDER BY priority, run_at, id
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
 
 -- name: claim_any_queue
--- Several queues or every queue: jobs_claim_any is (state, priority, id), the ORDER BY after the one
+-- Several queues or every queue: jobs_claim_any is (state, priority, run_at, id), the ORDER BY after the one
 -- equality filter; queue (and task) are checked on each row in order. %(queues)s is NULL-free: the
 -- backend passes every queue with `all_queues` = 1 when the worker serves any.
 SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, UTC_TIMESTAMP(6)
@@ -55,7 +55,7 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
    AND (%(all_queues)s = 1 OR queue IN %(queues)s)
    AND (%(all_tasks)s = 1 OR task IN %(tasks)s)
    AND queue NOT IN (SELECT queue FROM {paused_queues})
- ORDER BY priority, id
+ ORDER BY priority, run_at, id
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
 
@@ -893,7 +893,7 @@ EXPLAIN SELECT 1 FROM {jobs} FORCE INDEX (jobs_claim) WHERE state = %(state)s AN
 SELECT COUNT(*) FROM (SELECT 1 FROM {jobs} FORCE INDEX (jobs_claim)
                        WHERE state = 'queued' AND queue = %(queue)s AND run_at <= UTC_TIMESTAMP(6)
                          AND id NOT IN %(in_flight)s
-                       ORDER BY priority, id LIMIT %(cap)s) capped;
+                       ORDER BY priority, run_at, id LIMIT %(cap)s) capped;
 
 -- name: dash_queue_head
 -- The head of one queue: the ready job a worker claims next (first in the claim's order on
@@ -902,7 +902,7 @@ SELECT COUNT(*) FROM (SELECT 1 FROM {jobs} FORCE INDEX (jobs_claim)
 SELECT run_at, TIMESTAMPDIFF(MICROSECOND, run_at, UTC_TIMESTAMP(6))
   FROM {jobs} FORCE INDEX (jobs_claim)
  WHERE state = 'queued' AND queue = %(queue)s AND run_at <= UTC_TIMESTAMP(6) AND id NOT IN %(in_flight)s
- ORDER BY priority, id
+ ORDER BY priority, run_at, id
  LIMIT 1;
 
 -- name: keyed_savepoint

@@ -224,7 +224,7 @@ class Leasing(PostgresConnections):
                         tasks: Sequence[str], limits: Sequence[TaskLimits], held_queues: Sequence[str] = (),
                         held_tasks: Sequence[str] = (),
                         held: Sequence[str] = ()) -> list[tuple[ClaimedJob, list[FlowKey], str | None]]:
-        """``claim_flow`` for up to ``limit`` jobs in one statement, in (priority, id) order, with one
+        """``claim_flow`` for up to ``limit`` jobs in one statement, in (priority, run_at, id) order, with one
         free slot of each of their keys, shared by the jobs of that key: the batch runs them one after
         another (see ``claim_flow`` in queries.sql). The caller runs
         only the jobs whose every limited key got a slot; the others stay locked, untouched, until the
@@ -273,8 +273,8 @@ class Leasing(PostgresConnections):
             rows = conn.execute(self.q[name], params).fetchall()
         if name == "claim_flow_fair_many":  # walk order (its `step`: the partitions' collation)
             rows = sorted(rows, key=lambda r: r[17])
-        else:  # claim order: (priority, id)
-            rows = sorted(rows, key=lambda r: (r[4], r[0]))
+        else:  # claim order: (priority, run_at, id)
+            rows = sorted(rows, key=lambda r: (r[4], r[7], r[0]))
         # per job, its limited keys in key order: ["queue", ...] sorts before ["task", ...]
         keyed = [(row, [k for k in ((row[13], row[14], row[15]), (row[10], row[11], row[12]))
                         if k[1] is not None or k[2] is not None]) for row in rows]

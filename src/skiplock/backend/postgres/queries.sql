@@ -30,7 +30,7 @@ SELECT current_setting('max_connections')::int,
 
 -- name: claim
 -- The seed's claim, at READ COMMITTED, inside the job's transaction: the first available row in
--- (priority, id) order that no other transaction has locked. SKIP LOCKED skips row locks held by
+-- (priority, run_at, id) order that no other transaction has locked. SKIP LOCKED skips row locks held by
 -- other workers without waiting; the lock lasts until this transaction ends, so COMMIT (done) or
 -- any rollback (exception, kill, lost connection) is the end of the lease. This order is per
 -- claim, not a global FIFO: a locked earlier row is skipped. One queue: jobs_claim_idx, in order.
@@ -42,12 +42,12 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
  WHERE state = 'queued' AND queue = %(queue)s AND run_at <= now()
    AND NOT EXISTS (SELECT 1 FROM {schema}.paused_queues WHERE queue = %(queue)s)
    AND NOT EXISTS (SELECT 1 FROM {schema}.queue_limits WHERE queue = %(queue)s)  -- `claim_flow`'s
- ORDER BY priority, id
+ ORDER BY priority, run_at, id
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
 
 -- name: claim_of_queues
--- The same over several queues: walks jobs_claim_any_idx in (priority, id) order, filtering queue.
+-- The same over several queues: walks jobs_claim_any_idx in (priority, run_at, id) order, filtering queue.
 -- `NOT flow` (migration 17): that index holds only the queued jobs without the flag, so the jobs
 -- of limited queues waiting ahead are not walked; the test of queue_limits below stays (a job of a
 -- limited queue without the flag is the flow claim's, and costs this walk a row).
@@ -62,7 +62,7 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
    -- A queue with limits (queue_limits) is claimed by `claim_flow` only; the same shape as above.
    AND (NOT EXISTS (SELECT FROM {schema}.queue_limits)
         OR queue <> ALL (ARRAY(SELECT queue FROM {schema}.queue_limits)))
- ORDER BY priority, id
+ ORDER BY priority, run_at, id
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
 
@@ -79,14 +79,14 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
    -- A queue with limits (queue_limits) is claimed by `claim_flow` only; the same shape as above.
    AND (NOT EXISTS (SELECT FROM {schema}.queue_limits)
         OR queue <> ALL (ARRAY(SELECT queue FROM {schema}.queue_limits)))
- ORDER BY priority, id
+ ORDER BY priority, run_at, id
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
 
 -- name: claim_tasks
 -- What a worker runs: `claim`, for only the tasks it has handlers for (%(tasks)s, its registered
 -- names), so it never takes -- and fails -- another app's jobs. task is the last key of
--- jobs_claim_idx: the filter is checked on index entries as the scan walks them in (priority, id)
+-- jobs_claim_idx: the filter is checked on index entries as the scan walks them in (priority, run_at, id)
 -- order, so a queued job of another task costs an index entry, never a heap fetch (see migration 7).
 -- The claims without the filter (`claim`, `claim_of_queues`, `claim_any_queue`) are the opt-in
 -- `fail_unknown_tasks` worker's.
@@ -95,7 +95,7 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
  WHERE state = 'queued' AND queue = %(queue)s AND task = ANY(%(tasks)s::text[]) AND run_at <= now()
    AND NOT EXISTS (SELECT 1 FROM {schema}.paused_queues WHERE queue = %(queue)s)
    AND NOT EXISTS (SELECT 1 FROM {schema}.queue_limits WHERE queue = %(queue)s)  -- `claim_flow`'s
- ORDER BY priority, id
+ ORDER BY priority, run_at, id
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
 
@@ -110,7 +110,7 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
    -- A queue with limits (queue_limits) is claimed by `claim_flow` only; the same shape as above.
    AND (NOT EXISTS (SELECT FROM {schema}.queue_limits)
         OR queue <> ALL (ARRAY(SELECT queue FROM {schema}.queue_limits)))
- ORDER BY priority, id
+ ORDER BY priority, run_at, id
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
 
@@ -125,7 +125,7 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
    -- A queue with limits (queue_limits) is claimed by `claim_flow` only; the same shape as above.
    AND (NOT EXISTS (SELECT FROM {schema}.queue_limits)
         OR queue <> ALL (ARRAY(SELECT queue FROM {schema}.queue_limits)))
- ORDER BY priority, id
+ ORDER BY priority, run_at, id
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
 
@@ -996,7 +996,7 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
              j.args ->> (SELECT lt.partition_by FROM lt WHERE lt.task = j.task), ''))::text <> ALL(%(held)s::text[]))
 
 -- name: claim_flow
--- Lock up to %(limit)s available flow-controlled jobs (priority, id) of %(queues)s (NULL: every queue)
+-- Lock up to %(limit)s available flow-controlled jobs (priority, run_at, id) of %(queues)s (NULL: every queue)
 -- and %(tasks)s without the `flow` flag (a limited queue's jobs: `claim_flow_of_queue`), skipping the
 -- keys the caller found full or held back this round (%(held_queues)s, %(held_tasks)s: whole queues
 -- and unpartitioned tasks, filtered on the index entry; %(held)s: other keys, checked per row). Returns one row per job locked: the job with its keys, their limits and
@@ -1026,12 +1026,12 @@ j AS MATERIALIZED (
    AND NOT j.flow  -- jobs_claim_any_idx (migration 17): the flagged jobs are those of limited queues,
                    -- claimed one queue at a time by `claim_flow_of_queue` (worker/flow.py)
 -- include: claim_flow_filters
- ORDER BY j.priority, j.id
+ ORDER BY j.priority, j.run_at, j.id
  LIMIT %(limit)s
    FOR UPDATE OF j SKIP LOCKED)
 -- include: flow_job_keys
   FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue;
-  -- (the caller puts the rows in (priority, id) order: no sort over the claim here)
+  -- (the caller puts the rows in (priority, run_at, id) order: no sort over the claim here)
 
 -- name: claim_flow_of_queue
 -- `claim_flow` for a worker of one queue (%(queue)s), the same but for the queue's test: an equality,
@@ -1045,7 +1045,7 @@ j AS MATERIALIZED (
 -- include: claim_flow_rows
    AND j.queue = %(queue)s
 -- include: claim_flow_filters
- ORDER BY j.priority, j.id
+ ORDER BY j.priority, j.run_at, j.id
  LIMIT %(limit)s
    FOR UPDATE OF j SKIP LOCKED)
 -- include: flow_job_keys
@@ -1053,7 +1053,7 @@ j AS MATERIALIZED (
 
 -- name: claim_flow_fair
 -- `claim_flow` for one fair queue (queue_limits.fair), round-robin across its partitions: the first
--- available job, in (priority, id) order, of the first partition after %(after)s (the partition
+-- available job, in (priority, run_at, id) order, of the first partition after %(after)s (the partition
 -- this worker process claimed from last; NULL: from the first) -- one descent of jobs_fair_idx
 -- per claim, whatever the number of partitions or of their waiting jobs (a partition whose jobs are
 -- all locked is stepped over on the index). The caller wraps round (NULL) when nothing comes after,
@@ -1076,7 +1076,7 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
    AND (cardinality(%(held)s::text[]) = 0
         OR jsonb_build_array('task', j.task, coalesce(j.partition,
              j.args ->> (SELECT lt.partition_by FROM lt WHERE lt.task = j.task), ''))::text <> ALL(%(held)s::text[]))
- ORDER BY j.partition, j.priority, j.id
+ ORDER BY j.partition, j.priority, j.run_at, j.id
  LIMIT 1
    FOR UPDATE OF j SKIP LOCKED)
 -- include: flow_job_keys
@@ -1088,8 +1088,8 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
 -- job of each of the next %(limit)s partitions after %(after)s, one job per partition, so a batch
 -- goes once round them as that many single claims would. `walk` finds the partitions without
 -- locking, one descent of jobs_fair_idx per partition (each step: the first job, in (partition,
--- priority, id) order, of a partition after the previous one), whatever the partitions' backlogs;
--- `j` then locks, per partition, its first available job in (priority, id) order -- one more descent
+-- priority, run_at, id) order, of a partition after the previous one), whatever the partitions' backlogs;
+-- `j` then locks, per partition, its first available job in (priority, run_at, id) order -- one more descent
 -- of jobs_fair_idx, SKIP LOCKED and re-checked on the row's newest version -- stepping over the jobs
 -- other transactions hold, as `claim_flow_fair` does (a partition whose first job another worker's
 -- batch holds still gets its next one: were it left out, a batch taken while another slot's batch
@@ -1113,7 +1113,7 @@ SELECT 1, f.partition
            AND (NOT EXISTS (SELECT FROM unnest(%(held_tasks)s::text[])) OR j.task <> ALL(%(held_tasks)s::text[]))
            AND (cardinality(%(held)s::text[]) = 0
                 OR jsonb_build_array('task', j.task, j.partition)::text <> ALL(%(held)s::text[]))
-         ORDER BY j.partition, j.priority, j.id
+         ORDER BY j.partition, j.priority, j.run_at, j.id
          LIMIT 1) f
 UNION ALL
 SELECT w.step + 1, f.partition
@@ -1125,7 +1125,7 @@ SELECT w.step + 1, f.partition
                    AND (NOT EXISTS (SELECT FROM unnest(%(held_tasks)s::text[])) OR j.task <> ALL(%(held_tasks)s::text[]))
                    AND (cardinality(%(held)s::text[]) = 0
                         OR jsonb_build_array('task', j.task, j.partition)::text <> ALL(%(held)s::text[]))
-                 ORDER BY j.partition, j.priority, j.id
+                 ORDER BY j.partition, j.priority, j.run_at, j.id
                  LIMIT 1) f
  WHERE w.step < %(limit)s)
 SELECT c.*, w.step
@@ -1138,7 +1138,7 @@ SELECT c.*, w.step
                    AND j.run_at <= now() AND j.task = ANY(%(tasks)s::text[])
                    AND (NOT EXISTS (SELECT FROM unnest(%(held_tasks)s::text[])) OR j.task <> ALL(%(held_tasks)s::text[]))
                    AND NOT EXISTS (SELECT FROM {schema}.paused_queues p WHERE p.queue = %(queue)s)
-                 ORDER BY j.priority, j.id
+                 ORDER BY j.priority, j.run_at, j.id
                  LIMIT 1
                    FOR UPDATE OF j SKIP LOCKED) c)
 -- include: flow_job_keys
@@ -1149,7 +1149,7 @@ SELECT c.*, w.step
 -- name: generic_plan_for_claim
 -- Sent with a fair queue's claims and with `claim_flow` over every queue, in their round trip
 -- (pipeline), and undone right after them by `plan_cache_mode_back`: they run under their generic
--- plan, which the server keeps -- the walk of jobs_claim_any_idx in (priority, id) order, or the
+-- plan, which the server keeps -- the walk of jobs_claim_any_idx in (priority, run_at, id) order, or the
 -- descents of jobs_fair_idx, whatever the values (tests/flow/test_flow_plans.py). Left to itself the
 -- server planned them anew at every run (0.4-1.9 ms of server CPU per claim, more than running
 -- it): the generic plan's estimate charges filters that a plan made for the values drops (no key
@@ -1678,7 +1678,7 @@ HAVING sum(n) > 0
 -- Per queue with queued jobs (the loose index scan of jobs_state_queue_idx, as above) or paused:
 -- how many jobs are ready (due, not in flight), exact up to %(cap)s (a count above it means "more");
 -- the head of the queue -- the ready job a worker claims next, first in the claim's order (priority,
--- id) on jobs_claim_idx -- its due time and how long it has waited (the queue's latency now: a worker
+-- run_at, id) on jobs_claim_idx -- its due time and how long it has waited (the queue's latency now: a worker
 -- free to take it would have started it); whether the queue is paused. One index probe per queue
 -- for the head (plus the entries of jobs not yet due or in flight ahead of it, the claim's own cost)
 -- and at most %(cap)s + 1 ready entries for the count; both walk jobs_claim_idx in its order (the
@@ -1698,12 +1698,12 @@ SELECT q.queue, r.n AS ready, h.run_at AS head_run_at, now() - h.run_at AS head_
                   FROM (SELECT FROM {schema}.jobs j
                          WHERE j.state = 'queued' AND j.queue = q.queue AND j.run_at <= now()
                            AND j.id NOT IN (SELECT job_id FROM in_flight)
-                         ORDER BY j.queue, j.priority, j.id
+                         ORDER BY j.queue, j.priority, j.run_at, j.id
                          LIMIT %(cap)s + 1) capped) r
        LEFT JOIN LATERAL (SELECT j.run_at FROM {schema}.jobs j
                            WHERE j.state = 'queued' AND j.queue = q.queue AND j.run_at <= now()
                              AND j.id NOT IN (SELECT job_id FROM in_flight)
-                           ORDER BY j.queue, j.priority, j.id
+                           ORDER BY j.queue, j.priority, j.run_at, j.id
                            LIMIT 1) h ON true
  ORDER BY q.queue;
 
