@@ -286,7 +286,7 @@ class App(Producer, Operations):
           autocommit mode gets a transaction of its own for this call. Workers get one wake-up
           NOTIFY, at commit.
         - ``ids[k]`` is the id of item ``k``. The ids of the jobs a call creates ascend in input order
-          (at equal priority an earlier item is claimed first) but need not be contiguous: concurrent
+          (at equal priority and ``run_at`` an earlier item is claimed first) but need not be contiguous: concurrent
           enqueuers draw from the same sequence.
         - A job without ``run_at``/``delay`` is due at the transaction's start (``now()``).
 

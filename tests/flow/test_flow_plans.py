@@ -1,6 +1,8 @@
 """The flow claims' plans (docs/flow-control.md): both walk an index in claim order -- never a
 sequential scan or a sort of the queued jobs -- with the worker's tasks checked on the index entries,
-in the plan a prepared claim keeps (generic) as in one made for the values (custom); and the fair
+in the plan a prepared claim keeps (generic) as in one made for the values (custom; one exception: a
+custom plan of a worker's one-queue flow claim made for a queue of a few dozen jobs may read that
+queue's jobs only and sort them, see below); and the fair
 claim's cost does not grow with the backlog of the partitions it steps over (buffers read by one
 claim, measured with EXPLAIN ANALYZE at two backlog sizes: 5,000 and 50,000 jobs)."""
 
@@ -11,7 +13,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 
 import skiplock
 from skiplock.backend.postgres.queries import with_limit

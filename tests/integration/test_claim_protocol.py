@@ -37,7 +37,7 @@ def test_rollback_makes_the_job_available_again(app, dsn):
         assert _claim(app, b).id == job_id
 
 
-def test_claim_order_is_priority_then_id_and_skips_future_run_at(app, dsn):
+def test_claim_order_is_priority_then_run_at_then_id_and_skips_future_run_at(app, dsn):
     later = app.enqueue("a", {}, delay=3600)
     low = app.enqueue("a", {}, priority=5)
     high = app.enqueue("a", {}, priority=-1)

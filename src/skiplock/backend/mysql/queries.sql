@@ -897,8 +897,8 @@ SELECT COUNT(*) FROM (SELECT 1 FROM {jobs} FORCE INDEX (jobs_claim)
 
 -- name: dash_queue_head
 -- The head of one queue: the ready job a worker claims next (first in the claim's order on
--- jobs_claim, one probe plus the entries of jobs not yet due or in flight ahead of it -- the claim's
--- own cost), its due time and how long it has waited, in microseconds.
+-- jobs_claim, one probe plus the entries ahead of it of jobs in flight or, at a more urgent priority,
+-- not yet due -- the claim's own cost), its due time and how long it has waited, in microseconds.
 SELECT run_at, TIMESTAMPDIFF(MICROSECOND, run_at, UTC_TIMESTAMP(6))
   FROM {jobs} FORCE INDEX (jobs_claim)
  WHERE state = 'queued' AND queue = %(queue)s AND run_at <= UTC_TIMESTAMP(6) AND id NOT IN %(in_flight)s

@@ -1680,7 +1680,8 @@ HAVING sum(n) > 0
 -- the head of the queue -- the ready job a worker claims next, first in the claim's order (priority,
 -- run_at, id) on jobs_claim_idx -- its due time and how long it has waited (the queue's latency now: a worker
 -- free to take it would have started it); whether the queue is paused. One index probe per queue
--- for the head (plus the entries of jobs not yet due or in flight ahead of it, the claim's own cost)
+-- for the head (plus the entries ahead of it of jobs in flight or, at a more urgent priority, not yet
+-- due: the claim's own cost)
 -- and at most %(cap)s + 1 ready entries for the count; both walk jobs_claim_idx in its order (the
 -- ORDER BY says so: without it the planner may take a sequential scan "until %(cap)s rows match",
 -- which reads the whole table when the queued rows are at its end).

@@ -10,7 +10,10 @@
 -- One ALTER per index drops the old key and adds the new one under the same name, atomically; a
 -- step cut after its DDL but before its record runs again to the same result (the key it drops is
 -- then the new one). InnoDB builds them in place (ALGORITHM=INPLACE, LOCK=NONE): writers are not
--- blocked while they build.
+-- blocked while they build (the ALTER's metadata lock still waits for the transactions open on the
+-- table, running jobs' included, and holds new ones back meanwhile). Workers of an earlier version
+-- still ask for `ORDER BY priority, id`, which these keys cannot give without a filesort (which locks
+-- every candidate row): stop them before migrating, or restart them right after.
 
 -- step: jobs_claim_run_at
 ALTER TABLE {jobs} DROP KEY jobs_claim, ADD KEY jobs_claim (state, queue, priority, run_at, id), ALGORITHM=INPLACE, LOCK=NONE;
