@@ -310,10 +310,21 @@ class Signals:
         self.restore()
 
 
-def escalate(received: int, signum: int, graceful: Callable[[str], None], abort: Callable[[str], None]) -> int:
-    """One more SIGINT/SIGTERM after ``received`` earlier ones: the first calls ``graceful(name)``
-    (finish what is in hand, take nothing new), any later one ``abort(name)``. Returns the new count."""
-    received += 1
-    name = signal.Signals(signum).name
-    (graceful if received == 1 else abort)(name)
-    return received
+class Escalation:
+    """SIGINT/SIGTERM, counted: the first calls ``graceful(name)`` (finish what is in hand, take
+    nothing new), any later one ``abort(name)``. Call it with each signal's number.
+
+    The signal is counted before its action runs. A Python signal handler runs between any two
+    bytecodes of the main thread, inside another handler too: a second signal sent once the first
+    one's action had written its log line arrived while that action was still running, and when the
+    count was kept only after the action returned it was taken for a first one -- the abort was lost
+    and the worker went on finishing its 120 s job (seen once in CI)."""
+
+    def __init__(self, graceful: Callable[[str], None], abort: Callable[[str], None]):
+        self.graceful, self.abort = graceful, abort
+        self.received = 0
+
+    def __call__(self, signum: int) -> None:
+        self.received += 1
+        received = self.received  # this signal's own place, whatever a nested one does to the count
+        (self.graceful if received == 1 else self.abort)(signal.Signals(signum).name)

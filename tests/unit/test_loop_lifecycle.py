@@ -9,11 +9,12 @@ import logging
 import os
 import signal
 import threading
+import time
 
 import pytest
 
 from skiplock.errors import DatabaseUnavailable
-from skiplock.lifecycle import ManualClock, Loop, Signals, escalate
+from skiplock.lifecycle import Escalation, ManualClock, Loop, Signals
 from skiplock.maintenance.service import Service
 from skiplock.reconnect import Reconnects
 
@@ -180,12 +181,31 @@ def test_service_keeps_its_subclass_api():
 
 def test_escalate_first_signal_is_graceful_every_later_one_aborts():
     calls: list[tuple[str, str]] = []
-    received = 0
+    signals = Escalation(lambda name: calls.append(("graceful", name)), lambda name: calls.append(("abort", name)))
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGTERM):
-        received = escalate(received, sig, lambda name: calls.append(("graceful", name)),
-                            lambda name: calls.append(("abort", name)))
+        signals(sig)
     assert calls == [("graceful", "SIGTERM"), ("abort", "SIGINT"), ("abort", "SIGTERM")]
-    assert received == 3
+    assert signals.received == 3
+
+
+def test_a_second_signal_handled_inside_the_first_ones_action_aborts():
+    """A Python signal handler can run inside another one's action (between any two bytecodes): the
+    second signal, handled while the first one's graceful stop runs, must abort -- not be taken for a
+    first one. A real signal, sent from inside the action."""
+    calls: list[tuple[str, str]] = []
+
+    def graceful(name: str) -> None:
+        calls.append(("graceful", name))
+        os.kill(os.getpid(), signal.SIGTERM)  # the second one, while this action still runs
+        for _ in range(1000):  # bytecodes: Python runs the pending handler between two of them
+            if len(calls) > 1:
+                break
+            time.sleep(0.001)
+
+    signals = Escalation(graceful, lambda name: calls.append(("abort", name)))
+    with Signals.install(lambda signum, frame: signals(signum)):
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert calls == [("graceful", "SIGTERM"), ("abort", "SIGTERM")]
 
 
 def test_signals_are_installed_in_the_main_thread_and_restored():

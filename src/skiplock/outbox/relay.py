@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..backend.outbox_base import Finish, Message, OutboxLease, OutboxStore
 from ..errors import ConfigurationError, DatabaseError, DatabaseUnavailable
-from ..lifecycle import Loop, Signals, escalate
+from ..lifecycle import Escalation, Loop, Signals
 from ..reconnect import Reconnects, quiet_driver_noise
 from ..retry import RetryPolicy, as_policy
 from ..worker.listener import Listener
@@ -146,7 +146,7 @@ class Relay(Loop):
         self.listener: Listener | None = None  # the last run()'s, with listen (tests read its counters)
         self.stats = RelayStats()
         self.idle = threading.Event()  # set while the last claim found nothing (tests wait on it)
-        self._signals = 0
+        self._signals = Escalation(self._graceful, self._abort)
         self._stop_when_empty = False
         self._claimed = 0
         self._pool: cf.ThreadPoolExecutor | None = None
@@ -181,16 +181,17 @@ class Relay(Loop):
         """Claim no more; the batch in hand is finished. Waits for a started thread to end."""
         super().stop(timeout)  # type: ignore[arg-type]
 
+    def _graceful(self, name: str) -> None:
+        log.warning("relay %s received %s: finishing the batch in hand, claiming no more (signal again to "
+                    "abort)", self.name, name)
+        self.stop()
+
+    @staticmethod
+    def _abort(name: str) -> None:
+        raise KeyboardInterrupt
+
     def _on_signal(self, signum: int, frame: Any) -> None:
-        def graceful(name: str) -> None:
-            log.warning("relay %s received %s: finishing the batch in hand, claiming no more (signal again to "
-                        "abort)", self.name, name)
-            self.stop()
-
-        def abort(name: str) -> None:
-            raise KeyboardInterrupt
-
-        self._signals = escalate(self._signals, signum, graceful, abort)
+        self._signals(signum)
 
     def run(self, stop_when_empty: bool = False) -> RelayStats:  # type: ignore[override]
         """Relay until stopped (or, with ``stop_when_empty``, until nothing is available)."""

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..values import MAX_QUEUE_CHARS, check_text
 from ..errors import ConfigurationError, ConnectionLost, DatabaseError, DatabaseUnavailable
-from ..lifecycle import Signals, escalate
+from ..lifecycle import Escalation, Signals
 from ..maintenance.periodic import Scheduler
 from ..maintenance.pruner import Pruner
 from ..maintenance.rescuer import Rescuer
@@ -120,7 +120,7 @@ class Worker:
         self._stopping = threading.Event()
         self._leases: dict[int, "Lease"] = {}
         self._busy: set[int] = set()
-        self._signals = 0
+        self._signals = Escalation(self._graceful, lambda name: self.stop(abort=True))
         self.governor = Governor(concurrency, adaptive=bool(adaptive_limit))
         self.claimer = Claimer(self)  # claiming.py: which claim, how many jobs
 
@@ -216,12 +216,12 @@ class Worker:
             except (DatabaseUnavailable, DatabaseError) as exc:
                 log.warning("could not terminate in-flight sessions (%s); they end when this process exits", exc)
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        def graceful(name: str) -> None:
-            log.warning("received %s: finishing in-flight jobs, claiming no more (signal again to abort them)", name)
-            self.stop()
+    def _graceful(self, name: str) -> None:
+        log.warning("received %s: finishing in-flight jobs, claiming no more (signal again to abort them)", name)
+        self.stop()
 
-        self._signals = escalate(self._signals, signum, graceful, lambda name: self.stop(abort=True))
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._signals(signum)
 
     # ---- running -------------------------------------------------------------------------------
 
