@@ -117,7 +117,7 @@ def drain_until_quiet(app: App, first: Any, make_worker: Callable[[], Any], queu
         return workers[-1].run(stop_when_empty=True)
 
     def signalled() -> bool:  # a run told to stop by SIGINT/SIGTERM (the worker counts its signals) ends it
-        return any(w.stats.aborted or getattr(w, "_signals", 0) for w in workers)
+        return any(w.stats.aborted or getattr(w, "signals_received", 0) for w in workers)
 
     runs = drain(app, queues, horizon, run_once, signalled, log)
     totals = Totals(sum(r.done for r in runs), sum(r.retried for r in runs), sum(r.failed for r in runs),

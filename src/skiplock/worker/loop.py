@@ -223,6 +223,11 @@ class Worker:
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._signals(signum)
 
+    @property
+    def signals_received(self) -> int:
+        """SIGINT/SIGTERM this worker handled (its first stops it gracefully, a second aborts)."""
+        return self._signals.received
+
     # ---- running -------------------------------------------------------------------------------
 
     @property
