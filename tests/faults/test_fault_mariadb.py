@@ -200,7 +200,10 @@ def test_mariadb_stalled_network_mid_job(mdb: Db, producer: Any) -> None:
     assert mdb.rows("SELECT pid, attempt FROM effects WHERE job_id = %s", (job,)) == [(healthy.pid, 2)]
     # the server ended the stale transaction (idle_transaction_timeout), not the job's own 2 s first attempt
     assert ended_after < LEASE_TIMEOUT + SLACK, seen
-    assert redone_after >= ended_after, seen
+    # the redo came after the stale transaction ended; the session leaves the process list a moment
+    # after its rollback freed the row, and both are polled every 50 ms (one CI run saw the redo 0.15 s
+    # before the session's exit): the effects above say the job ran once, by the healthy worker
+    assert redone_after >= ended_after - 0.5, seen
     assert alive, stale.tail()
     assert all(code == 0 for code in codes.values()), codes
 
