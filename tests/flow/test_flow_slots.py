@@ -90,3 +90,36 @@ def test_a_batch_takes_one_slot_of_each_key_whatever_its_number_of_jobs(app: ski
         assert dict(free) == keys
         assert dict(locked_free) == {'["queue", "default"]': 2, '["task", "t", "a"]': 1, '["task", "t", "b"]': 1}
         lease.rollback()
+
+
+def test_a_raised_limit_gets_its_new_slots_once_the_old_ones_are_all_taken(app: skiplock.App, db: psycopg.Connection):
+    """A key's slot rows are created for its limit at the time (``ensure_slots``). A claim that takes
+    a slot does not count the key's rows (``flow_slots_taken`` in queries.sql); one that finds none
+    free does, and when fewer than the limit exist the worker creates the rest and claims again. So
+    a limit raised from 2 to 4 runs 4 jobs at once: the third claim creates slots 3 and 4."""
+    from skiplock.worker.bookkeeping import Bookkeeping
+    from skiplock.worker.flow import FlowControl
+
+    @app.task("t", concurrency=4)
+    def t(job):
+        pass
+
+    key = '["task", "t"]'
+    with app.backend.connect_bookkeeping() as book:
+        app.backend.ensure_slots(book, [(key, 2)])  # the slots of the limit before it was raised
+    app.enqueue_many([("t", {})] * 5)
+    book = Bookkeeping(app.backend)
+    leases = [app.backend.connect_lease(f"l{i}") for i in range(5)]
+    try:
+        taken = []
+        for i, lease in enumerate(leases[:4]):
+            jobs = FlowControl(app, None, False).claim(lease, book, slot=i, limit=1)
+            assert len(jobs) == 1, (i, taken)
+            taken.append(jobs[0].slots)
+        assert sorted(taken) == [((key, n),) for n in (1, 2, 3, 4)]
+        assert [r[0] for r in db.execute("SELECT n FROM skiplock.flow_slots WHERE key = %s ORDER BY n", [key])] \
+            == [1, 2, 3, 4]
+        assert FlowControl(app, None, False).claim(leases[4], book, slot=4, limit=1) == []  # 4 running: full
+    finally:
+        for lease in leases:
+            lease.close()

@@ -246,9 +246,10 @@ class Leasing(PostgresConnections):
                    tasks: Sequence[str], limits: Sequence[TaskLimits], held_queues: Sequence[str],
                    held_tasks: Sequence[str], held: Sequence[str], fair_queue: str | None,
                    after: str | None) -> list[tuple[ClaimedJob, list[FlowKey], str | None]]:
-        """The flow claim ``name`` (its jobs locked, each with its keys), then one free slot of each
-        limited key of them all (``take_slots``, in the same transaction): two statements, each far
-        cheaper than the one that did both (docs/flow-control.md, "What it costs")."""
+        """The flow claim ``name``: its jobs locked, each with its keys and the slots the same
+        statement took -- one free slot of each limited key of them all (``flow_slots_taken`` in
+        queries.sql). One statement: the slots were a second one (``take_slots``), a round trip more
+        per claim (docs/flow-control.md, "What it costs")."""
         params = {
             "queue": fair_queue, "after": after, "limit": limit,
             "queues": None if queues is None else list(queues), "tasks": list(tasks),
@@ -275,26 +276,15 @@ class Leasing(PostgresConnections):
             rows = sorted(rows, key=lambda r: r[17])
         else:  # claim order: (priority, run_at, id)
             rows = sorted(rows, key=lambda r: (r[4], r[7], r[0]))
-        # per job, its limited keys in key order: ["queue", ...] sorts before ["task", ...]
-        keyed = [(row, [k for k in ((row[13], row[14], row[15]), (row[10], row[11], row[12]))
-                        if k[1] is not None or k[2] is not None]) for row in rows]
-        lims: dict[str, int] = {}
-        for _, keys in keyed:
-            for key, lim, _every in keys:
-                if lim is not None:
-                    lims[key] = max(lim, lims.get(key, lim))
-        slots: dict[str, tuple[int | None, int]] = {}
-        if lims:
-            ordered = sorted(lims)
-            for key, n, have in conn.execute(self.q["take_slots"],
-                                             {"keys": ordered, "lims": [lims[k] for k in ordered]}).fetchall():
-                slots[key] = (n, int(have))
         out = []
-        for row, keys in keyed:
-            flow_keys = []
-            for key, lim, every in keys:
-                slot, have = slots[key] if lim is not None else (None, None)
-                flow_keys.append(FlowKey(key, lim, slot, have, every))
+        for row in rows:
+            # its limited keys in key order: ["queue", ...] sorts before ["task", ...]; each row ends
+            # with (task key's slot, slots existing, queue key's slot, slots existing)
+            flow_keys = [FlowKey(key, lim, slot if lim is not None else None,
+                                 int(have) if lim is not None else None, every)
+                         for key, lim, every, slot, have in ((row[13], row[14], row[15], row[-2], row[-1]),
+                                                              (row[10], row[11], row[12], row[-4], row[-3]))
+                         if lim is not None or every is not None]
             job = ClaimedJob(*row[:10])
             job.slots = tuple((k.key, k.slot) for k in flow_keys if k.slot is not None)
             out.append((job, flow_keys, row[16]))

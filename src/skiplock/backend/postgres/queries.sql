@@ -957,21 +957,54 @@ ql AS MATERIALIZED (
 SELECT queue, concurrency, rate_period / rate_count AS every FROM {schema}.queue_limits),
 
 -- fragment: flow_job_keys
--- A flow claim's result, after its `j` (the jobs locked), as its final select list: each job with
--- its two keys -- ["task", task], or ["task", task, partition] when the job has an explicit partition
--- or its task a `partition_by` (then the argument's text, '' if absent), and ["queue", queue] --
--- each with its concurrency limit and its seconds between starts (both NULL: that key is not
--- limited; the caller drops it), then the job's partition. Computed on the claim's few rows only
--- (after LIMIT), never per job walked. The slots are the caller's next statement (`take_slots`),
--- one per limited key of the whole claim. The including statement ends with
--- `FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue` (after its own last
--- columns, if any).
+-- A flow claim's `k` (after its `j`, the jobs locked): each job with its two keys -- ["task", task], or
+-- ["task", task, partition] when the job has an explicit partition or its task a `partition_by`
+-- (then the argument's text, '' if absent), and ["queue", queue] -- each with its concurrency limit
+-- and its seconds between starts (both NULL: that key is not limited; the caller drops it), then the
+-- job's partition. Computed on the claim's few rows only (after LIMIT), never per job walked. The
+-- including statement ends `k` with `FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON
+-- ql.queue = j.queue)` (after its own last columns, if any), then includes `flow_slots_taken`.
+, k AS MATERIALIZED (
 SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at,
        CASE WHEN j.partition IS NULL AND lt.partition_by IS NULL THEN jsonb_build_array('task', j.task)
-            ELSE jsonb_build_array('task', j.task, coalesce(j.partition, j.args ->> lt.partition_by, '')) END::text,
-       lt.concurrency, lt.every,
-       jsonb_build_array('queue', j.queue)::text, ql.concurrency, ql.every,
+            ELSE jsonb_build_array('task', j.task, coalesce(j.partition, j.args ->> lt.partition_by, '')) END::text
+         AS task_key,
+       lt.concurrency AS task_limit, lt.every AS task_every,
+       jsonb_build_array('queue', j.queue)::text AS queue_key, ql.concurrency AS queue_limit, ql.every AS queue_every,
        j.partition
+
+-- fragment: flow_slots_taken
+-- A flow claim's final part, after its `k`: ONE free slot row of each limited key of the claim (each
+-- key once, however many of its jobs have it; its limit the largest the claim's rows give it),
+-- locked FOR UPDATE SKIP LOCKED with `owner IS NULL` re-checked on the row's newest version (READ
+-- COMMITTED re-evaluation), so two transactions never both take one slot and the lock lasts exactly
+-- as long as the lease transaction. A batch shares its slot of a key among its jobs of that key: it
+-- runs them one after another, never two at once (see `claim_flow`). Each row of `k` gets, for its
+-- task key and its queue key, the slot taken (NULL: none free, or the key not limited) and, when none
+-- was free, how many of the key's slots numbered <= the limit exist (fewer: the caller creates them
+-- with `ensure_slots`, and that key's jobs wait for its next claim; a limit raised at runtime thus
+-- gets its new slots once the old ones are all taken). In the claim's own statement (it was the caller's
+-- next statement, `take_slots`, a round trip more per claim); the slot rows are read on the
+-- claim's snapshot, and a slot freed since is only found by the next claim (it errs towards
+-- holding back, never towards running over a limit: the lock's re-check is on the newest version).
+, w AS (
+SELECT x.key, max(x.lim) AS lim
+  FROM (SELECT task_key, task_limit FROM k WHERE task_limit IS NOT NULL
+        UNION ALL
+        SELECT queue_key, queue_limit FROM k WHERE queue_limit IS NOT NULL) AS x(key, lim)
+ GROUP BY x.key),
+s AS MATERIALIZED (
+SELECT w.key, g.n,
+       CASE WHEN g.n IS NULL  -- counted only when none was free: were some missing, the caller creates them
+            THEN (SELECT count(*) FROM {schema}.flow_slots e WHERE e.key = w.key AND e.n <= w.lim)
+            ELSE w.lim END AS have  -- (a slot taken: more are created once they are all taken)
+  FROM w LEFT JOIN LATERAL (
+       SELECT f.n FROM {schema}.flow_slots f
+        WHERE f.key = w.key AND f.n <= w.lim AND f.owner IS NULL
+        ORDER BY f.n LIMIT 1
+          FOR UPDATE SKIP LOCKED) g ON true)
+SELECT k.*, ts.n, ts.have, qs.n, qs.have
+  FROM k LEFT JOIN s ts ON ts.key = k.task_key LEFT JOIN s qs ON qs.key = k.queue_key
 
 -- fragment: claim_flow_rows
 -- `claim_flow`'s rows (and `claim_flow_of_queue`'s), before the test of their queue.
@@ -1000,13 +1033,13 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
 -- and %(tasks)s without the `flow` flag (a limited queue's jobs: `claim_flow_of_queue`), skipping the
 -- keys the caller found full or held back this round (%(held_queues)s, %(held_tasks)s: whole queues
 -- and unpartitioned tasks, filtered on the index entry; %(held)s: other keys, checked per row). Returns one row per job locked: the job with its keys, their limits and
--- rates (`flow_job_keys`). The caller then takes one free slot of each limited key of the claim in
--- the same transaction (`take_slots`), before it runs any job.
+-- rates (`flow_job_keys`), and the slots the same statement took: one free slot of each limited key
+-- of the claim (`flow_slots_taken`), before the caller runs any job.
 -- A batch (%(limit)s > 1; the worker's batching policy decides, as for the plain claim):
 -- * a batch's jobs run one after another in its transaction (worker/executor.py, `_run_many`), never
 --   two at once, so a batch needs ONE slot of each key its jobs have, whatever number of its jobs
 --   have that key: each key with a limit gets one slot row numbered <= the limit, locked by
---   `take_slots` (FOR UPDATE SKIP LOCKED; the owner re-checked on the newest version), shared by
+--   `flow_slots_taken` (FOR UPDATE SKIP LOCKED; the owner re-checked on the newest version), shared by
 --   every job of the batch with that key. A batch of 32 jobs of one queue limited to 50 takes one of its 50 slots,
 --   not 32 (measured: per-job slots let two such batches fill the limit).
 -- * the caller runs only the jobs that got a slot of every key (and, with a rate, only a first such
@@ -1030,7 +1063,9 @@ j AS MATERIALIZED (
  LIMIT %(limit)s
    FOR UPDATE OF j SKIP LOCKED)
 -- include: flow_job_keys
-  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue;
+  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue)
+-- include: flow_slots_taken
+;
   -- (the caller puts the rows in (priority, run_at, id) order: no sort over the claim here)
 
 -- name: claim_flow_of_queue
@@ -1049,7 +1084,9 @@ j AS MATERIALIZED (
  LIMIT %(limit)s
    FOR UPDATE OF j SKIP LOCKED)
 -- include: flow_job_keys
-  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue;
+  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue)
+-- include: flow_slots_taken
+;
 
 -- name: claim_flow_fair
 -- `claim_flow` for one fair queue (queue_limits.fair), round-robin across its partitions: the first
@@ -1059,7 +1096,7 @@ j AS MATERIALIZED (
 -- all locked is stepped over on the index). The caller wraps round (NULL) when nothing comes after,
 -- so a lone partition still gets every claim (work-conserving), and falls back to `claim_flow` for
 -- the queue's jobs with no partition. Priorities hold within a partition, not across them. The result
--- is `claim_flow`'s, and so are the slots (`take_slots`).
+-- is `claim_flow`'s, and so are the slots (`flow_slots_taken`).
 -- include: flow_limits
 j AS MATERIALIZED (
 SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at,
@@ -1080,7 +1117,9 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
  LIMIT 1
    FOR UPDATE OF j SKIP LOCKED)
 -- include: flow_job_keys
-  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue;
+  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue)
+-- include: flow_slots_taken
+;
 
 
 -- name: claim_flow_fair_many
@@ -1097,7 +1136,7 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
 -- `claim_flow`, which takes the biggest backlog's jobs in id order -- measured: 40 of a big
 -- partition's jobs out of turn in tests/flow/test_flow_fair.py; the steps cost at most the jobs held
 -- in flight, not the backlog). A partition with no available job gets none and is not waited for.
--- Slots are taken as after `claim_flow` (`take_slots`: one slot row per key, shared by the batch's
+-- Slots are taken as by `claim_flow` (`flow_slots_taken`: one slot row per key, shared by the batch's
 -- jobs of that key), with the same invariants; the caller moves its cursor past the last partition
 -- returned and wraps round when none come after.
 -- Each row says its place in the walk (`step`): the partitions' order in the index, i.e. their
@@ -1143,7 +1182,9 @@ SELECT c.*, w.step
                    FOR UPDATE OF j SKIP LOCKED) c)
 -- include: flow_job_keys
      , j.step
-  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue;
+  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue)
+-- include: flow_slots_taken
+;
   -- (the caller puts the rows in walk order, `step`: no sort over the claim here)
 
 -- name: generic_plan_for_claim
@@ -1165,25 +1206,6 @@ SELECT set_config('skiplock.plan_cache_mode', current_setting('plan_cache_mode')
 -- name: plan_cache_mode_back
 -- See `generic_plan_for_claim`.
 SELECT set_config('plan_cache_mode', current_setting('skiplock.plan_cache_mode'), true);
-
--- name: take_slots
--- In the lease transaction, right after a flow claim: ONE free slot row of each limited key of the
--- claim (%(keys)s, with its limit in %(lims)s; each key once, however many of the claim's jobs have
--- it), locked FOR UPDATE SKIP LOCKED with `owner IS NULL` re-checked on the row's newest version
--- (READ COMMITTED re-evaluation), so two transactions never both take one slot and the lock lasts
--- exactly as long as the lease transaction. A batch shares its slot of a key among its jobs of that
--- key: it runs them one after another, never two at once (see `claim_flow`). Returns per key: the
--- slot taken (NULL: none free) and how many of its slots numbered <= the limit exist (fewer: the
--- caller creates them with `ensure_slots` and tries again). Its own statement, not CTEs of the
--- claim: one statement computing keys, slots and the per-job arrays took 3.4-3.8 ms per batch of 32
--- where the two take 2.2-2.5 (docs/flow-control.md, "What it costs").
-SELECT w.key, g.n, (SELECT count(*) FROM {schema}.flow_slots e WHERE e.key = w.key AND e.n <= w.lim)
-  FROM unnest(%(keys)b::text[], %(lims)b::int[]) AS w(key, lim)
-  LEFT JOIN LATERAL (
-       SELECT f.n FROM {schema}.flow_slots f
-        WHERE f.key = w.key AND f.n <= w.lim AND f.owner IS NULL
-        ORDER BY f.n LIMIT 1
-          FOR UPDATE SKIP LOCKED) g ON true;
 
 -- name: release_stale_slots
 -- The rescuer's pass: slots still owned by an owner no running job has (its finishing write found the
