@@ -5,6 +5,7 @@ free loopback port, and files and directories only that user can read."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import pwd
@@ -12,7 +13,7 @@ import shutil
 import socket
 import subprocess
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, TypeVar
 
 import pytest
 
@@ -32,6 +33,19 @@ APT_LOCK = Path("/run/lock") / "skiplock-tests-apt.lock"
 DPKG_LOCK_WAIT = "600"
 
 
+@contextlib.contextmanager
+def installer_lock() -> Iterator[None]:
+    """Held while this test process installs a package or adds a user: one at a time across the test
+    processes (:data:`APT_LOCK`)."""
+    fd = os.open(APT_LOCK if APT_LOCK.parent.is_dir() else Path("/tmp") / APT_LOCK.name,
+                 os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def apt_install(package: str, hint: str, present: Callable[[], T | None]) -> T:
     """``present()`` once it is not None: as it is, or after ``apt-get install package`` as root
     (retried after an ``apt-get update``); otherwise skip with ``hint`` (not root) or fail saying what
@@ -45,10 +59,7 @@ def apt_install(package: str, hint: str, present: Callable[[], T | None]) -> T:
         pytest.skip(hint)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     install = ["apt-get", "-o", f"DPkg::Lock::Timeout={DPKG_LOCK_WAIT}", "install", "-y", "-q", package]
-    fd = os.open(APT_LOCK if APT_LOCK.parent.is_dir() else Path("/tmp") / APT_LOCK.name,
-                 os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # another test process may be installing (this or another package)
+    with installer_lock():  # another test process may be installing (this or another package)
         found = present()
         if found is not None:
             return found
@@ -57,8 +68,6 @@ def apt_install(package: str, hint: str, present: Callable[[], T | None]) -> T:
             subprocess.run(["apt-get", "-o", f"DPkg::Lock::Timeout={DPKG_LOCK_WAIT}", "update", "-q"], env=env,
                            capture_output=True)
             done = subprocess.run(install, env=env, capture_output=True, text=True)
-    finally:
-        os.close(fd)  # releases the lock
     found = present()
     if found is None:
         pytest.fail(f"{hint}: `{' '.join(install)}` failed: {done.stderr.strip()[-600:]}")
@@ -72,8 +81,17 @@ def server_user(name: str) -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(name)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                       check=True, capture_output=True)
+        pass
+    # One writer of /etc/passwd at a time, under the installers' lock: seen on a fresh machine, two
+    # test processes' useradd (and a package's postinst adding its own user) at once gave one user the
+    # other's uid, and the MariaDB bootstrap then found its data directory owned by someone else
+    # ("Permission denied").
+    with installer_lock():
+        try:
+            return pwd.getpwnam(name)  # another test process created it meanwhile
+        except KeyError:
+            subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                           check=True, capture_output=True)
         return pwd.getpwnam(name)
 
 

@@ -52,6 +52,9 @@ def test_the_shipped_statements_have_every_include_resolved_and_every_fragment_u
     assert set(loaded) == set(statements)  # a fragment is not a statement
     for name in ("claim_flow", "claim_flow_fair", "claim_flow_fair_many"):
         assert "include:" not in loaded[name] and "WITH lt AS MATERIALIZED" in loaded[name]
-    end = "j.partition\n  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue;"
-    assert end in loaded["claim_flow"] and end in loaded["claim_flow_fair"]
+    keys = "j.partition\n  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue)"
+    assert keys in loaded["claim_flow"] and keys in loaded["claim_flow_fair"]
     assert "j.partition\n     , j.step\n  FROM j LEFT JOIN lt" in loaded["claim_flow_fair_many"]
+    slots = "FROM k LEFT JOIN s ts ON ts.key = k.task_key LEFT JOIN s qs ON qs.key = k.queue_key\n;"
+    for name in ("claim_flow", "claim_flow_of_queue", "claim_flow_fair", "claim_flow_fair_many"):
+        assert loaded[name].rstrip().endswith(slots), name  # the slots, in the claim's own statement
