@@ -1125,17 +1125,18 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
 -- name: claim_flow_fair_many
 -- `claim_flow_fair` for a batch (%(limit)s > 1; a fair queue without weights): the first available
 -- job of each of the next %(limit)s partitions after %(after)s, one job per partition, so a batch
--- goes once round them as that many single claims would. `walk` finds the partitions without
--- locking, one descent of jobs_fair_idx per partition (each step: the first job, in (partition,
--- priority, run_at, id) order, of a partition after the previous one), whatever the partitions' backlogs;
--- `j` then locks, per partition, its first available job in (priority, run_at, id) order -- one more descent
--- of jobs_fair_idx, SKIP LOCKED and re-checked on the row's newest version -- stepping over the jobs
--- other transactions hold, as `claim_flow_fair` does (a partition whose first job another worker's
--- batch holds still gets its next one: were it left out, a batch taken while another slot's batch
--- holds every partition's first job would come back empty, and the worker would fall back to
--- `claim_flow`, which takes the biggest backlog's jobs in id order -- measured: 40 of a big
--- partition's jobs out of turn in tests/flow/test_flow_fair.py; the steps cost at most the jobs held
--- in flight, not the backlog). A partition with no available job gets none and is not waited for.
+-- goes once round them as that many single claims would. `walk` takes them one partition at a time,
+-- each step ONE descent of jobs_fair_idx: the first job, in (partition, priority, run_at, id) order,
+-- of a partition after the previous step's, locked as it is found (FOR UPDATE SKIP LOCKED,
+-- re-checked on the row's newest version), whatever the partitions' backlogs. A job another
+-- transaction holds is stepped over on the index like any locked row: a partition whose first job
+-- another worker's batch holds still gets its next one (were it left out, a batch taken while
+-- another slot's batch holds every partition's first job would come back empty, and the worker
+-- would fall back to `claim_flow`, which takes the biggest backlog's jobs in id order -- measured: 40
+-- of a big partition's jobs out of turn in tests/flow/test_flow_fair.py; the steps cost at most the
+-- jobs held in flight, not the backlog), and a partition with no available job gets none and is not
+-- waited for (the step goes on to the next partition's). Until session 19 a step found the partition
+-- without locking and a second descent locked its first available job: two descents per partition.
 -- Slots are taken as by `claim_flow` (`flow_slots_taken`: one slot row per key, shared by the batch's
 -- jobs of that key), with the same invariants; the caller moves its cursor past the last partition
 -- returned and wraps round when none come after.
@@ -1143,43 +1144,41 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
 -- collation's, which the caller's cursor must follow (a batch runs its jobs in that order too).
 -- include: flow_limits
 j AS MATERIALIZED (
-WITH RECURSIVE walk(step, partition) AS (
-SELECT 1, f.partition
-  FROM (SELECT j.partition FROM {schema}.jobs j
+WITH RECURSIVE walk(step, id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, claimed_at,
+                    partition) AS (
+SELECT 1, f.*
+  FROM (SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at,
+               now() AS claimed_at, j.partition
+          FROM {schema}.jobs j
          WHERE j.state = 'queued' AND j.queue = %(queue)s AND j.partition IS NOT NULL
            AND j.partition > coalesce(%(after)s::text, '')  -- as in `claim_flow_fair`
            AND j.run_at <= now() AND j.task = ANY(%(tasks)s::text[])
            AND (NOT EXISTS (SELECT FROM unnest(%(held_tasks)s::text[])) OR j.task <> ALL(%(held_tasks)s::text[]))
            AND (cardinality(%(held)s::text[]) = 0
                 OR jsonb_build_array('task', j.task, j.partition)::text <> ALL(%(held)s::text[]))
+           AND NOT EXISTS (SELECT FROM {schema}.paused_queues p WHERE p.queue = %(queue)s)
          ORDER BY j.partition, j.priority, j.run_at, j.id
-         LIMIT 1) f
+         LIMIT 1
+           FOR UPDATE OF j SKIP LOCKED) f
 UNION ALL
-SELECT w.step + 1, f.partition
+SELECT w.step + 1, f.*
   FROM walk w,
-       LATERAL (SELECT j.partition FROM {schema}.jobs j
+       LATERAL (SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at,
+                       j.created_at, now() AS claimed_at, j.partition
+                  FROM {schema}.jobs j
                  WHERE j.state = 'queued' AND j.queue = %(queue)s AND j.partition IS NOT NULL
                    AND j.partition > w.partition
                    AND j.run_at <= now() AND j.task = ANY(%(tasks)s::text[])
                    AND (NOT EXISTS (SELECT FROM unnest(%(held_tasks)s::text[])) OR j.task <> ALL(%(held_tasks)s::text[]))
                    AND (cardinality(%(held)s::text[]) = 0
                         OR jsonb_build_array('task', j.task, j.partition)::text <> ALL(%(held)s::text[]))
-                 ORDER BY j.partition, j.priority, j.run_at, j.id
-                 LIMIT 1) f
- WHERE w.step < %(limit)s)
-SELECT c.*, w.step
-  FROM walk w,
-       LATERAL (SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at,
-                       j.created_at, now() AS claimed_at, j.partition
-                  FROM {schema}.jobs j
-                 WHERE j.state = 'queued' AND j.queue = %(queue)s AND j.partition IS NOT NULL
-                   AND j.partition = w.partition
-                   AND j.run_at <= now() AND j.task = ANY(%(tasks)s::text[])
-                   AND (NOT EXISTS (SELECT FROM unnest(%(held_tasks)s::text[])) OR j.task <> ALL(%(held_tasks)s::text[]))
                    AND NOT EXISTS (SELECT FROM {schema}.paused_queues p WHERE p.queue = %(queue)s)
-                 ORDER BY j.priority, j.run_at, j.id
+                 ORDER BY j.partition, j.priority, j.run_at, j.id
                  LIMIT 1
-                   FOR UPDATE OF j SKIP LOCKED) c)
+                   FOR UPDATE OF j SKIP LOCKED) f
+ WHERE w.step < %(limit)s)
+SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, claimed_at, partition, step
+  FROM walk)
 -- include: flow_job_keys
      , j.step
   FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue)
