@@ -74,8 +74,8 @@ def test_the_fair_claim_steps_over_a_partitions_backlog_in_one_descent(app: skip
 def test_the_fair_batch_claim_reads_per_partition_not_per_backlog(app: skiplock.App, dsn: str, backlog: int,
                                                                   after: str | None, mode: str):
     """The fair batch (`claim_flow_fair_many`): one descent of jobs_fair_idx per partition it walks
-    (up to its limit), then one per partition to lock its first available job -- the same pages for a
-    backlog of 5,000 or 50,000 in the partition it steps over (after "a") or starts in (None: it
+    (up to its limit), locking that partition's first available job as it finds it -- the same pages
+    for a backlog of 5,000 or 50,000 in the partition it steps over (after "a") or starts in (None: it
     takes a's first job too), and no scan or sort of the jobs."""
     app.set_queue_limits("fair", fair=True)
     with psycopg.connect(dsn) as c:
@@ -91,9 +91,10 @@ def test_the_fair_batch_claim_reads_per_partition_not_per_backlog(app: skiplock.
     assert {n["Index Name"] for n in scans} <= {"jobs_fair_idx", "jobs_pkey"}, [n["Index Name"] for n in scans]
     assert not [n for n in nodes(root) if n["Node Type"] == "Sort" and job_scans(n)]
     read = sum(n.get("Shared Hit Blocks", 0) + n.get("Shared Read Blocks", 0) for n in scans)
-    # four partitions after "a" (p0..p3; five from None): a descent each plus the end of the walk, and
-    # a descent each to lock its first job
-    assert read <= 50, (backlog, after, read, json.dumps(root)[:3000])
+    # four partitions after "a" (p0..p3; five from None): a descent each, locking its first job, plus
+    # the end of the walk -- 20-28 blocks measured; 32-48 when a second descent locked each partition's
+    # job (before the walk locked as it went)
+    assert read <= 31, (backlog, after, read, json.dumps(root)[:3000])
 
 
 @pytest.mark.parametrize("mode", PLANS)
