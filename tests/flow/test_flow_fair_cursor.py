@@ -6,6 +6,7 @@ next batch starts with the first partition that did not."""
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 import skiplock
 from skiplock.worker.bookkeeping import Bookkeeping
@@ -51,3 +52,37 @@ def test_a_fair_batch_that_ran_only_its_first_jobs_leaves_the_rest_their_turn(ap
 
 def job_partition(db: psycopg.Connection, job_id: int) -> str:
     return db.execute("SELECT partition FROM skiplock.jobs WHERE id = %s", [job_id]).fetchone()[0]
+
+
+@pytest.mark.parametrize("queue", ["fq", "kø-队列"])
+def test_a_fair_queue_at_its_limit_is_given_up_after_one_try_whatever_its_name(app: skiplock.App, queue: str):
+    """A fair claim that finds its queue's own limit full gives the queue up at once (the whole queue
+    waits); a partition's key found full is only stepped over. The keys come from the server (jsonb
+    text keeps non-ASCII characters as they are), so the queue's own key is recognised by its value:
+    compared as Python's ``json.dumps`` text (``\\u00f8``), a queue named with non-ASCII characters was
+    taken for a partition, and the claim walked on for every try of its round."""
+    @app.task("t", queue=queue)
+    def t(job):
+        pass
+
+    app.set_queue_limits(queue, fair=True, concurrency=1)
+    app.enqueue_many([("t", {}, {"partition": f"p{p}"}) for p in range(8) for _ in range(2)])
+    book = Bookkeeping(app.backend)
+    holder, other = app.backend.connect_lease("holder"), app.backend.connect_lease("other")
+    tries = []
+    real = app.backend.claim_flow_fair_many
+
+    def counted(*args, **kwargs):
+        tries.append(1)
+        return real(*args, **kwargs)
+
+    try:
+        assert len(FlowControl(app, None, False).claim(holder, book, slot=0, limit=4)) >= 1  # the queue's slot
+        app.backend.claim_flow_fair_many = counted  # type: ignore[method-assign]
+        assert FlowControl(app, None, False).claim(other, book, slot=1, limit=4) == []
+        assert len(tries) == 1, len(tries)
+    finally:
+        app.backend.claim_flow_fair_many = real  # type: ignore[method-assign]
+        holder.close()
+        other.close()
+        book.close()

@@ -460,11 +460,12 @@ def _pick(got: list[tuple[ClaimedJob, list[FlowKey], str | None]]
 def _queue_refused(queue: str, refused: list[str], held_tasks: list[str]) -> bool:
     """A fair claim's keys found full or held back: True if the queue's own is one (the whole queue
     waits); else an unpartitioned task's leaves this round's next tries (``held_tasks``, on the index
-    entry), and a partition's is stepped over by the caller moving past it."""
-    if json.dumps(["queue", queue]) in refused:
+    entry), and a partition's is stepped over by the caller moving past it. The keys are the server's
+    jsonb text, compared by value (Python's ``json.dumps`` escapes non-ASCII characters, jsonb does not)."""
+    keys = [json.loads(key) for key in refused]
+    if ["queue", queue] in keys:
         return True
-    for key in refused:
-        parts = json.loads(key)
+    for parts in keys:
         if parts[0] == "task" and len(parts) == 2:
             held_tasks.append(parts[1])
     return False
