@@ -312,7 +312,7 @@ class Signals:
 
 class Escalation:
     """SIGINT/SIGTERM, counted: the first calls ``graceful(name)`` (finish what is in hand, take
-    nothing new), any later one ``abort(name)``. Call it with each signal's number.
+    nothing new), any later one ``abort(name)``. Install it as the signals' handler (``Signals.install``).
 
     The signal is counted before its action runs. A Python signal handler runs between any two
     bytecodes of the main thread, inside another handler too: a second signal sent once the first
@@ -324,7 +324,7 @@ class Escalation:
         self.graceful, self.abort = graceful, abort
         self.received = 0
 
-    def __call__(self, signum: int) -> None:
+    def __call__(self, signum: int, frame: Any = None) -> None:  # a signal handler as it is
         self.received += 1
         received = self.received  # this signal's own place, whatever a nested one does to the count
         (self.graceful if received == 1 else self.abort)(signal.Signals(signum).name)

@@ -190,16 +190,13 @@ class Relay(Loop):
     def _abort(name: str) -> None:
         raise KeyboardInterrupt
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        self._signals(signum)
-
     def run(self, stop_when_empty: bool = False) -> RelayStats:  # type: ignore[override]
         """Relay until stopped (or, with ``stop_when_empty``, until nothing is available)."""
         _ = self.store  # clear error now if the database or schema is not usable
         self._stop.clear()  # a stopped relay can be run again
         self._stop_when_empty = stop_when_empty
         self.recovery = Reconnects(self.app.backend.dsn, log, cap=self.max_reconnect_delay)
-        with Signals.install(self._on_signal, self.handle_signals):
+        with Signals.install(self._signals, self.handle_signals):
             super().run()
         return self.stats
 

@@ -220,9 +220,6 @@ class Worker:
         log.warning("received %s: finishing in-flight jobs, claiming no more (signal again to abort them)", name)
         self.stop()
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        self._signals(signum)
-
     @property
     def signals_received(self) -> int:
         """SIGINT/SIGTERM this worker handled (its first stops it gracefully, a second aborts)."""
@@ -256,7 +253,7 @@ class Worker:
         # A backend whose server does not bound leases: the worker's watchdog does (watchdog.py).
         watchdog = None if capabilities.server_bounds_lease else Watchdog()
         executor = Executor(self.app, self.name, heartbeat, self.batching, slots=self.concurrency, watchdog=watchdog)
-        signals = Signals.install(self._on_signal, self.handle_signals)  # the main thread's only
+        signals = Signals.install(self._signals, self.handle_signals)  # the main thread's only
         if heartbeat is not None:
             self.services.append(heartbeat)
         if watchdog is not None:
