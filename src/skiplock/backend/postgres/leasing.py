@@ -280,11 +280,10 @@ class Leasing(PostgresConnections):
         for row in rows:
             # its limited keys in key order: ["queue", ...] sorts before ["task", ...]; each row ends
             # with (task key's slot, slots existing, queue key's slot, slots existing)
-            flow_keys = [FlowKey(key, lim, slot if lim is not None else None,
-                                 int(have) if lim is not None else None, every)
-                         for key, lim, every, slot, have in ((row[13], row[14], row[15], row[-2], row[-1]),
-                                                              (row[10], row[11], row[12], row[-4], row[-3]))
-                         if lim is not None or every is not None]
+            # (a key without a concurrency limit gets NULL for both: flow_slots_taken)
+            flow_keys = [FlowKey(*k) for k in ((row[13], row[14], row[-2], row[-1], row[15]),
+                                               (row[10], row[11], row[-4], row[-3], row[12]))
+                         if k[1] is not None or k[4] is not None]
             job = ClaimedJob(*row[:10])
             job.slots = tuple((k.key, k.slot) for k in flow_keys if k.slot is not None)
             out.append((job, flow_keys, row[16]))

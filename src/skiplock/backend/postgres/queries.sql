@@ -962,8 +962,8 @@ SELECT queue, concurrency, rate_period / rate_count AS every FROM {schema}.queue
 -- (then the argument's text, '' if absent), and ["queue", queue] -- each with its concurrency limit
 -- and its seconds between starts (both NULL: that key is not limited; the caller drops it), then the
 -- job's partition. Computed on the claim's few rows only (after LIMIT), never per job walked. The
--- including statement ends `k` with `FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON
--- ql.queue = j.queue)` (after its own last columns, if any), then includes `flow_slots_taken`.
+-- including statement may add columns of its `j` (`, j.step`), then includes `flow_slots_taken`,
+-- which ends `k`.
 , k AS MATERIALIZED (
 SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at,
        CASE WHEN j.partition IS NULL AND lt.partition_by IS NULL THEN jsonb_build_array('task', j.task)
@@ -974,7 +974,7 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
        j.partition
 
 -- fragment: flow_slots_taken
--- A flow claim's final part, after its `k`: ONE free slot row of each limited key of the claim (each
+-- A flow claim's final part: the end of its `k` (the jobs joined to their limits), then ONE free slot row of each limited key of the claim (each
 -- key once, however many of its jobs have it; its limit the largest the claim's rows give it),
 -- locked FOR UPDATE SKIP LOCKED with `owner IS NULL` re-checked on the row's newest version (READ
 -- COMMITTED re-evaluation), so two transactions never both take one slot and the lock lasts exactly
@@ -987,6 +987,8 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
 -- next statement, `take_slots`, a round trip more per claim); the slot rows are read on the
 -- claim's snapshot, and a slot freed since is only found by the next claim (it errs towards
 -- holding back, never towards running over a limit: the lock's re-check is on the newest version).
+-- A key that is not limited is not in `s`: its slot and count come back NULL.
+  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue)
 , w AS (
 SELECT x.key, max(x.lim) AS lim
   FROM (SELECT task_key, task_limit FROM k WHERE task_limit IS NOT NULL
@@ -1063,7 +1065,6 @@ j AS MATERIALIZED (
  LIMIT %(limit)s
    FOR UPDATE OF j SKIP LOCKED)
 -- include: flow_job_keys
-  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue)
 -- include: flow_slots_taken
 ;
   -- (the caller puts the rows in (priority, run_at, id) order: no sort over the claim here)
@@ -1084,7 +1085,6 @@ j AS MATERIALIZED (
  LIMIT %(limit)s
    FOR UPDATE OF j SKIP LOCKED)
 -- include: flow_job_keys
-  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue)
 -- include: flow_slots_taken
 ;
 
@@ -1117,7 +1117,6 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
  LIMIT 1
    FOR UPDATE OF j SKIP LOCKED)
 -- include: flow_job_keys
-  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue)
 -- include: flow_slots_taken
 ;
 
@@ -1181,7 +1180,6 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
   FROM walk)
 -- include: flow_job_keys
      , j.step
-  FROM j LEFT JOIN lt ON lt.task = j.task LEFT JOIN ql ON ql.queue = j.queue)
 -- include: flow_slots_taken
 ;
   -- (the caller puts the rows in walk order, `step`: no sort over the claim here)
