@@ -192,19 +192,19 @@ def test_cancelling_a_job_in_a_batch_reruns_its_batch_mates_alone(app, db, effec
 
 
 def batches_seen_by_handlers(app, dsn, jobs: int, sleep: float, running: list[int] | None = None,
-                             **worker) -> list[int]:
+                             task_options: dict | None = None, **worker) -> list[int]:
     """Drain ``jobs`` jobs whose handler counts the batches in flight (their rows in job_batches,
     written before a batch's first handler and deleted by its COMMIT) from a connection of its own,
     then sleeps ``sleep`` seconds. Returns the counts seen; ``running`` gets, per handler of a job
     in a batch (its id in a job_batches row), how many such handlers were running at once (itself
-    included) during a millisecond."""
+    included) during a millisecond. ``task_options``: the task's (flow-control limits, say)."""
     local = threading.local()
     conns: list[psycopg.Connection] = []
     seen: list[int] = []
     lock = threading.Lock()
     now_running = [0]
 
-    @app.task(name="look")
+    @app.task(name="look", **(task_options or {}))
     def look(job):
         if not hasattr(local, "conn"):
             local.conn = psycopg.connect(dsn, autocommit=True)
@@ -244,6 +244,19 @@ def test_no_more_batches_in_flight_than_batch_slots(app, dsn, batch_slots):
     seen = batches_seen_by_handlers(app, dsn, 1500, 0.0, running=running, concurrency=6, batch_policy=policy)
     assert 1 <= max(running) <= batch_slots, collections.Counter(running)
     assert max(seen) >= 1, collections.Counter(seen)  # batches were seen in flight
+
+
+@pytest.mark.parametrize("flow_batch_slots", [1, 2])
+def test_flow_controlled_batches_take_turns_of_their_own(app, dsn, flow_batch_slots):
+    """Batches of flow-controlled jobs (a task limit: the flow claim's) take turns of their own,
+    ``flow_batch_slots``, whatever ``batch_slots`` is: at most that many run their jobs at once, and
+    with two turns two do, while plain batches have one."""
+    policy = BatchPolicy(batch_size=16, batch_budget=60, batch_slots=1, instant_seconds=60.0,
+                         flow_batch_slots=flow_batch_slots)
+    running: list[int] = []
+    batches_seen_by_handlers(app, dsn, 1500, 0.0, running=running, concurrency=6, batch_policy=policy,
+                             task_options={"concurrency": 100})
+    assert max(running) == flow_batch_slots, collections.Counter(running)
 
 
 def test_batches_of_jobs_that_wait_run_on_every_slot(app, dsn):

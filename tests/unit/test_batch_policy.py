@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from skiplock.worker.batching import RUNS_KEPT, BatchPolicy
+from skiplock.worker.batching import FLOW_TURNS, RUNS_KEPT, BatchPolicy, Turns
 
 
 def task(name: str = "t") -> Any:
@@ -85,3 +87,73 @@ def test_while_other_slots_are_idle_a_claim_takes_only_what_starts_within_batch_
 def test_batch_wait_must_be_a_positive_number_of_seconds_or_none(wait):
     with pytest.raises(ValueError, match="batch_wait"):
         BatchPolicy(batch_wait=wait)
+
+
+def free_turns(policy: BatchPolicy, flow: bool, slots: range) -> int:
+    """How many of ``slots`` get a turn of the kind at once (a slot that finds them all held gives
+    up after 0.2 s: its ``stopping`` is set then). They are given back after."""
+    taken = []
+    for i in slots:
+        stopping = threading.Event()
+        timer = threading.Timer(0.2, stopping.set)
+        timer.start()
+        if policy.take_turn(i, stopping, flow):
+            taken.append(i)
+        timer.cancel()
+    for i in taken:
+        policy.give_turn(i)
+    return len(taken)
+
+
+def test_flow_batches_have_turns_of_their_own_shared_by_the_live_processes():
+    """Plain batches take ``batch_slots`` turns; flow-controlled batches take turns of their own,
+    FLOW_TURNS shared by the live worker processes (rounded up, at least one each) unless
+    ``flow_batch_slots`` fixes them."""
+    policy = BatchPolicy(batch_slots=1)
+    assert free_turns(policy, False, range(0, 5)) == 1
+    assert free_turns(policy, True, range(10, 15)) == FLOW_TURNS == 3
+    policy.take_turn(0, threading.Event())  # a plain turn held takes no flow turn
+    assert free_turns(policy, True, range(10, 15)) == 3
+    policy.give_turn(0)
+    for processes, each in [(2, 2), (3, 1), (8, 1), (1, 3)]:
+        policy.live_processes(processes)
+        assert free_turns(policy, True, range(10, 15)) == each, processes
+    fixed = BatchPolicy(flow_batch_slots=2)
+    fixed.live_processes(8)
+    assert free_turns(fixed, True, range(10, 15)) == 2
+
+
+def test_a_lower_limit_lets_no_new_holder_in_until_enough_turns_are_given_back():
+    turns = Turns(3)
+    assert all(turns.acquire(0) for _ in range(3))
+    turns.resize(1)
+    turns.release()
+    assert not turns.acquire(0.01)  # two held, limit one
+    turns.release()
+    assert not turns.acquire(0.01)  # one held
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(turns.acquire(5)))
+    waiter.start()
+    turns.release()  # none held: the waiter gets it
+    waiter.join(5)
+    assert got == [True] and turns.held == 1
+    turns.release()
+    with pytest.raises(ValueError):
+        turns.release()
+
+
+def test_a_stuck_turn_of_one_kind_does_not_stop_claims_of_the_other():
+    policy = BatchPolicy(batch_slots=1, flow_batch_slots=1, batch_budget=0.01)  # stuck after 1 s
+    stopping = threading.Event()
+    assert policy.take_turn(0, stopping, flow=True)
+    assert policy.take_turn(1, stopping)  # the plain kind is free
+    policy._turns_taken[0] = (time.monotonic() - 2, policy._turns_taken[0][1])  # the flow turn is stuck
+    assert not policy.take_turn(2, stopping, flow=True)  # gives up at once: claims one job instead
+    policy.give_turn(0)
+    policy.give_turn(1)
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 1.5])
+def test_flow_batch_slots_must_be_a_positive_integer_or_none(value):
+    with pytest.raises(ValueError, match="flow_batch_slots"):
+        BatchPolicy(flow_batch_slots=value)

@@ -13,3 +13,9 @@ def test_worker_batch_wait_default_is_the_libraries():
     from skiplock.worker.batching import DEFAULT_BATCH_WAIT
 
     assert cli_worker.DEFAULT_BATCH_WAIT == DEFAULT_BATCH_WAIT
+
+
+def test_worker_flow_turns_are_the_libraries():
+    from skiplock.worker.batching import FLOW_TURNS
+
+    assert cli_worker.FLOW_TURNS == FLOW_TURNS

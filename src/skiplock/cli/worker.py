@@ -12,10 +12,11 @@ import click
 from .group import APP_SEARCH, Context, err_console, fail, handle_errors
 from .params import Duration
 
-# skiplock.worker.batching.DEFAULT_BATCH_SIZE and DEFAULT_BATCH_WAIT, written out so that the command
+# skiplock.worker.batching.DEFAULT_BATCH_SIZE, DEFAULT_BATCH_WAIT and FLOW_TURNS, written out so that the command
 # line does not import the worker to show its help (tests/unit/test_cli_defaults.py checks they agree).
 DEFAULT_BATCH_SIZE = 32
 DEFAULT_BATCH_WAIT = 0.016
+FLOW_TURNS = 3
 
 
 @click.command()
@@ -31,6 +32,9 @@ DEFAULT_BATCH_WAIT = 0.016
               help="Time after which a batch starts no further job (seconds, or 50ms).")
 @click.option("--batch-slots", type=click.IntRange(1, 512), default=1, show_default=True,
               help="Slots that may run a batch at the same time.")
+@click.option("--flow-batch-slots", type=click.IntRange(1, 512), default=None,
+              help="Slots that may run a batch of flow-controlled jobs at the same time "
+                   f"[a share of {FLOW_TURNS} per live worker process, at least 1].")
 @click.option("--batch-wait", type=Duration(0, 60), default=DEFAULT_BATCH_WAIT, show_default=True,
               help="While other slots are idle, a claim takes no more jobs than start within this time "
                    "(seconds, or 16ms; 0: always the whole claim size).")
@@ -59,7 +63,8 @@ DEFAULT_BATCH_WAIT = 0.016
 @click.pass_obj
 @handle_errors
 def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, poll_interval: float,
-           batch_size: int, batch_budget: float, batch_slots: int, batch_wait: float, fixed_concurrency: bool,
+           batch_size: int, batch_budget: float, batch_slots: int, flow_batch_slots: int | None,
+           batch_wait: float, fixed_concurrency: bool,
            stop_when_empty: bool,
            due_within: float, log_level: str, no_maintenance: bool, fail_unknown_tasks: bool,
            metrics_port: int | None, metrics_host: str, health_port: int | None, health_host: str) -> None:
@@ -78,7 +83,7 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
     def make_worker() -> Any:
         return app.worker(queues=queue_list, concurrency=concurrency, poll_interval=poll_interval,
                           batch_size=batch_size, batch_budget=batch_budget, batch_slots=batch_slots,
-                          batch_wait=batch_wait or None,
+                          flow_batch_slots=flow_batch_slots, batch_wait=batch_wait or None,
                           maintenance=not no_maintenance, fail_unknown_tasks=fail_unknown_tasks,
                           adaptive_limit=not fixed_concurrency)
 

@@ -17,7 +17,10 @@ patching internals):
   ``batch_size`` while whole batches run within ``batch_budget``;
 - **how many slots run batches of near-instant jobs at once** (``batch_slots`` turns): such a batch
   is all claim, lock and commit, and every row it holds is one more that every other claimer must
-  step over, so they take turns (docs/batches.md has the measurements).
+  step over, so they take turns (docs/batches.md has the measurements). Flow-controlled batches
+  (worker/flow.py) take turns of their own (``flow_batch_slots``): their claim costs the server
+  several times a plain one, and with one turn a process's slots waited for it instead of running
+  another batch's handlers meanwhile.
 
 Guarantees: nothing here changes what a job's outcome is or when it commits relative to its
 handler; a policy only chooses claim sizes and which jobs share a transaction. A turn held longer
@@ -45,6 +48,12 @@ DEFAULT_BATCH_SIZE = 32
 # While other slots are idle, a claim takes no more jobs than start within this many seconds of it
 # (BatchPolicy.share).
 DEFAULT_BATCH_WAIT = 0.016
+# Turns for batches of flow-controlled jobs, shared by the live worker processes of a database
+# (BatchPolicy.live_processes): each has ceil(FLOW_TURNS / processes), at least one. 1 process x 8
+# slots, `python -m bench --only flow`, three alternating rounds: limits 5,403 / 6,732 / 7,869 / 7,617
+# jobs/s and fair 5,788 / 7,470 / 8,443 / 7,578 with 1 / 2 / 3 / 4 turns; 4 processes x 8 slots lost
+# about a tenth with 2 or 3 turns each against 1 (docs/benchmarks.md, "Session 20").
+FLOW_TURNS = 3
 # How many of a task's recent handler times decide whether it is fast (their first quartile).
 RUNS_KEPT = 15
 # A task is fast (batched) when at least this many of its jobs fit in one batch budget. A job claimed
@@ -59,6 +68,35 @@ FAST_SHARE = 4
 def power_of_two_below(n: int) -> int:
     """The largest power of two <= ``n``, at least 1 (claim sizes: see ``ClaimSize``)."""
     return 1 << (max(1, n).bit_length() - 1)
+
+
+class Turns:
+    """At most ``limit`` holders at once, a limit that may change while they hold (a semaphore whose
+    size moves: a lower limit lets no new holder in until enough have given theirs back)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.held = 0
+        self._cond = threading.Condition()
+
+    def acquire(self, timeout: float) -> bool:
+        with self._cond:
+            if self.held >= self.limit and not self._cond.wait_for(lambda: self.held < self.limit, timeout):
+                return False
+            self.held += 1
+            return True
+
+    def release(self) -> None:
+        with self._cond:
+            if self.held <= 0:
+                raise ValueError("a turn given back that was not taken")
+            self.held -= 1
+            self._cond.notify()
+
+    def resize(self, limit: int) -> None:
+        with self._cond:
+            self.limit = limit
+            self._cond.notify_all()
 
 
 @dataclass
@@ -115,23 +153,30 @@ class BatchPolicy:
 
     ``batch_size``: the most jobs one claim takes (1: one job per transaction); ``batch_budget``:
     seconds after which a batch starts no further job (its remaining jobs are released at its
-    COMMIT); ``batch_slots``: how many slots may run batches of near-instant jobs at the same time;
-    ``instant_seconds``: the mean time per job under which a batch counts as near-instant."""
+    COMMIT); ``batch_slots``: how many slots may run batches of near-instant jobs at the same time,
+    and ``flow_batch_slots`` how many may run such batches of flow-controlled jobs (turns of their
+    own, besides ``batch_slots``; None: ``FLOW_TURNS`` shared by the live worker processes, see
+    ``live_processes``); ``instant_seconds``: the mean time per job under which a batch counts as near-instant."""
 
     def __init__(self, batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = 0.05, batch_slots: int = 1, *,
-                 batch_wait: float | None = DEFAULT_BATCH_WAIT, instant_seconds: float = 0.0005):
+                 batch_wait: float | None = DEFAULT_BATCH_WAIT, instant_seconds: float = 0.0005,
+                 flow_batch_slots: int | None = None):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= 1000:
             raise ValueError(f"batch_size must be an integer from 1 to 1000, got {batch_size!r}")
         if isinstance(batch_budget, bool) or not isinstance(batch_budget, (int, float)) or not 0 < batch_budget <= 60:
             raise ValueError(f"batch_budget must be a number of seconds in (0, 60], got {batch_budget!r}")
         if isinstance(batch_slots, bool) or not isinstance(batch_slots, int) or batch_slots < 1:
             raise ValueError(f"batch_slots must be a positive integer, got {batch_slots!r}")
+        if flow_batch_slots is not None and (isinstance(flow_batch_slots, bool) or not isinstance(flow_batch_slots, int)
+                                             or flow_batch_slots < 1):
+            raise ValueError(f"flow_batch_slots must be a positive integer or None, got {flow_batch_slots!r}")
         if batch_wait is not None and (isinstance(batch_wait, bool) or not isinstance(batch_wait, (int, float))
                                        or not 0 < batch_wait <= 60):
             raise ValueError(f"batch_wait must be a number of seconds in (0, 60] or None, got {batch_wait!r}")
         self.batch_size = batch_size
         self.batch_budget = float(batch_budget)
         self.batch_slots = batch_slots
+        self.flow_batch_slots = flow_batch_slots
         self.batch_wait = None if batch_wait is None else float(batch_wait)
         self.instant_seconds = instant_seconds
         self.fast_seconds = self.batch_budget / FAST_SHARE
@@ -139,8 +184,10 @@ class BatchPolicy:
         self.stuck_after = max(1.0, 20 * self.batch_budget)
         self._runs: dict[str, deque[float]] = {}  # per task: its handler's last RUNS_KEPT run times
         self._seconds: dict[str, float] = {}  # per task: their first quartile
-        self._turns = threading.BoundedSemaphore(batch_slots)
-        self._turns_taken: dict[int, float] = {}  # slot index -> when it took its batch turn
+        self._turns = Turns(batch_slots)
+        self._flow_turns = Turns(FLOW_TURNS if flow_batch_slots is None else flow_batch_slots)
+        # slot index -> when it took its batch turn, and which turns it came from
+        self._turns_taken: dict[int, tuple[float, Turns]] = {}
 
     # ---- which jobs share a transaction ---------------------------------------------------------
 
@@ -192,23 +239,35 @@ class BatchPolicy:
 
     # ---- turns ----------------------------------------------------------------------------------
 
-    def take_turn(self, index: int, stopping: threading.Event) -> bool:
-        """Wait for a turn to claim a batch (``batch_slots``). False if ``stopping`` is set, or if a
-        turn has been held for more than ``stuck_after`` seconds -- far longer than a batch of
-        near-instant jobs takes (a hung handler, say): slot ``index`` then claims one job at a time
-        meanwhile, so one stuck batch never stops the process's other slots."""
+    def take_turn(self, index: int, stopping: threading.Event, flow: bool = False) -> bool:
+        """Wait for a turn to claim a batch (``batch_slots``; ``flow_batch_slots`` for a batch of
+        flow-controlled jobs). False if ``stopping`` is set, or if a turn of the same kind has been
+        held for more than ``stuck_after`` seconds -- far longer than a batch of near-instant jobs
+        takes (a hung handler, say): slot ``index`` then claims one job at a time meanwhile, so one
+        stuck batch never stops the process's other slots."""
+        turns = self._flow_turns if flow else self._turns
         while not stopping.is_set():
-            if self._turns.acquire(timeout=0.05):
-                self._turns_taken[index] = time.monotonic()
+            if turns.acquire(timeout=0.05):
+                self._turns_taken[index] = (time.monotonic(), turns)
                 return True
-            oldest = min(self._turns_taken.values(), default=None)
+            oldest = min((at for at, kind in list(self._turns_taken.values()) if kind is turns), default=None)
             if oldest is not None and time.monotonic() - oldest > self.stuck_after:
                 return False
         return False
 
+    def live_processes(self, processes: int) -> None:
+        """``processes`` live worker processes (this one included) claim from the same database: with
+        ``flow_batch_slots`` None, this process's flow turns are its share of ``FLOW_TURNS`` (rounded
+        up, at least one). A flow claim costs the server several times a plain one, and one process
+        with a single turn left the machine idle while its slots waited for it; but every process with
+        several turns made more batches step over each other's rows than the server gained."""
+        if self.flow_batch_slots is None:
+            self._flow_turns.resize(max(1, -(-FLOW_TURNS // max(1, processes))))
+
     def give_turn(self, index: int) -> None:
-        self._turns_taken.pop(index, None)
-        self._turns.release()
+        """Give back the turn slot ``index`` took (of whichever kind)."""
+        _, turns = self._turns_taken.pop(index)
+        turns.release()
 
 
 class WholeBatches(BatchPolicy):

@@ -142,7 +142,7 @@ class Claimer:
             limit, turn = 1, False
             self.limits[index] = limit
         else:
-            limit, turn = self._take_turn(size, index)
+            limit, turn = self._take_turn(size, index, flow=True)
         if limit == 0:
             return [], False
         try:
@@ -182,14 +182,14 @@ class Claimer:
         finally:
             self._took[index] = time.monotonic() - started
 
-    def _take_turn(self, size: ClaimSize, index: int) -> tuple[int, bool]:
-        """How many jobs this claim may take, and whether it holds a batch turn (see ``batch_slots``);
-        (0, False): the worker is stopping."""
+    def _take_turn(self, size: ClaimSize, index: int, flow: bool = False) -> tuple[int, bool]:
+        """How many jobs this claim may take, and whether it holds a batch turn (see ``batch_slots``;
+        a ``flow`` claim's are ``flow_batch_slots``); (0, False): the worker is stopping."""
         limit = self.w.batching.share(size, self.w.idle_slots)
         self.limits[index] = limit
         turn = limit > 1 and size.instant
         if turn:
-            turn = self.w.batching.take_turn(index, self.w._stopping)
+            turn = self.w.batching.take_turn(index, self.w._stopping, flow)
             if not turn:
                 limit = 1
             if self.w._stopping.is_set():

@@ -60,7 +60,9 @@ class Worker:
     ``batch_size`` is the most jobs one claim takes; ``batch_budget`` the seconds after which a batch
     starts no further job (its remaining jobs are released at its COMMIT); ``batch_slots`` how many
     slots may run batches of near-instant jobs at the same time (other batches, and jobs claimed one
-    at a time, run on every slot); ``batch_wait`` (seconds, None: off) how long a ready job may wait
+    at a time, run on every slot), and ``flow_batch_slots`` how many may run such batches of
+    flow-controlled jobs (turns of their own; None: a share of ``batching.FLOW_TURNS`` per live
+    worker process); ``batch_wait`` (seconds, None: off) how long a ready job may wait
     behind its batch-mates while other slots are idle -- a claim then takes no more jobs than start
     within it. They make the worker's :class:`.batching.BatchPolicy`; pass
     ``batch_policy=`` instead to decide batching otherwise (``batching.WholeBatches``, say). See
@@ -79,7 +81,8 @@ class Worker:
                  batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = 0.05, batch_slots: int = 1,
                  batch_wait: float | None = DEFAULT_BATCH_WAIT, listen: bool = True,
                  rescue_interval: float = 5.0, fail_unknown_tasks: bool = False, adaptive_limit: bool = True,
-                 batch_policy: BatchPolicy | None = None, metrics_interval: float = 15.0):
+                 batch_policy: BatchPolicy | None = None, metrics_interval: float = 15.0,
+                 flow_batch_slots: int | None = None):
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         if queues is not None:
@@ -99,7 +102,7 @@ class Worker:
         self.max_reconnect_delay = max_reconnect_delay
         self.recovery: Reconnects | None = None  # set by run(): shared by the slots, listener and services
         self.batching = batch_policy if batch_policy is not None else BatchPolicy(
-            batch_size, batch_budget, batch_slots, batch_wait=batch_wait)
+            batch_size, batch_budget, batch_slots, batch_wait=batch_wait, flow_batch_slots=flow_batch_slots)
         self.batch_budget = self.batching.batch_budget
         self.rescue_interval = rescue_interval
         self.metrics_interval = metrics_interval  # seconds between samples of the queue gauges (metrics on)
@@ -245,7 +248,7 @@ class Worker:
         # Flow-controlled tasks (limits in code) are claimed by the flow claim only (worker/flow.py).
         self.flow = FlowControl(self.app, self.queues, self.fail_unknown_tasks)
         presence = Presence(self.app.backend, self.name, list(self.app.tasks), self.queues, concurrency=self.concurrency,
-                            on_live=self.governor.share)
+                            on_live=self._live_processes)
         self.services.append(presence)
         claimed_leases = [t.lease_seconds for t in self.app.tasks.values() if t.lease == "claimed"]
         heartbeat = Heartbeat(self.app.backend, min(claimed_leases) / 3) if claimed_leases else None
@@ -338,6 +341,11 @@ class Worker:
                 continue
             recovery.connected(who, backoff)
             return result
+
+    def _live_processes(self, processes: int) -> None:
+        """The presence loop's count of live worker processes: their shares of permits and turns."""
+        self.governor.share(processes)
+        self.batching.live_processes(processes)
 
     def _check_connection_budget(self) -> None:
         """Refuse to start (ConfigurationError naming the numbers) a worker that would take more
