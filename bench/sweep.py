@@ -71,12 +71,16 @@ def cell(ctx: Context, ms: int, n: int, processes: int, slots: int) -> dict[str,
         mx0, buf0 = _counters(dsn)
         workers = [ctx.worker(dsn, slots) for _ in range(processes)]
         finished = [w.wait(timeout=max(300.0, n / 20)) for w in workers]
+        failed = [f for f in finished if f.returncode]
+        if failed:  # before the count: a worker that could not start says why
+            raise RuntimeError(f"sweep worker exit codes {[f.returncode for f in finished]}: "
+                               f"{failed[0].stderr[-2000:]}")
         settle(dsn)
         mx1, buf1 = _counters(dsn)
-        checked = check_drained(dsn, n)
-    if any(f.returncode for f in finished):
-        raise RuntimeError(f"sweep worker exit codes {[f.returncode for f in finished]}: "
-                           f"{finished[0].stderr[-2000:]}")
+        try:
+            checked = check_drained(dsn, n)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}; the first worker's log ends: {finished[0].stderr[-2000:]}") from None
     return {"ms": ms, "jobs": n, "processes": processes, "slots_per_process": slots,
             "throughput": checked["throughput"], "span_s": checked["span_s"],
             "multixact_reads_per_job": (mx1 - mx0) / n, "jobs_buffers_per_job": (buf1 - buf0) / n}
