@@ -234,18 +234,21 @@ class AsyncApp:
 
     async def run_async_worker(self, queues: list[str] | None = None, concurrency: int = 100, *,
                                max_connections: int = 10, stop_when_empty: bool = False,
-                               poll_interval: float = 0.25, rescue_interval: float = 5.0) -> WorkerStats:
+                               poll_interval: float = 0.25, rescue_interval: float = 5.0,
+                               schema_check_interval: float = 30.0) -> WorkerStats:
         """Run the asyncio worker (worker/aio_worker.py) on this event loop until stopped: every
         ``async def`` handler runs here, at most ``concurrency`` at once, on at most ``max_connections``
         database connections. Transaction lease: ``job.conn`` is a psycopg ``AsyncConnection`` whose
         transaction is the lease (its writes commit with the job); claimed lease: an in-flight job holds
         no connection (``job.conn`` is None), its lease renewed in batches. Cancelling this coroutine
-        stops claiming and lets the jobs in flight finish. PostgreSQL only: on MySQL/MariaDB it raises
-        ConfigurationError (use :meth:`run_worker`). See docs/asyncio.md."""
+        stops claiming and lets the jobs in flight finish. Every ``schema_check_interval`` seconds it
+        checks the schema version, as the threaded worker does (worker/schema_watch.py). PostgreSQL
+        only: on MySQL/MariaDB it raises ConfigurationError (use :meth:`run_worker`). See docs/asyncio.md."""
         from .worker.aio_worker import AsyncWorker
 
         worker = AsyncWorker(self.app, queues, concurrency, max_connections=max_connections,
-                             poll_interval=poll_interval, rescue_interval=rescue_interval)
+                             poll_interval=poll_interval, rescue_interval=rescue_interval,
+                             schema_check_interval=schema_check_interval)
         return await worker.run(stop_when_empty=stop_when_empty)
 
     # ---- closing -------------------------------------------------------------------------------

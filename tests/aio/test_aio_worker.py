@@ -390,3 +390,39 @@ def test_a_task_given_a_runtime_limit_is_left_queued_for_a_threaded_worker_until
     assert after == ["done"] * 3 and ran == ["free"] + ["metered"] * 3
     assert sum("metered has a limit set at runtime" in r.getMessage() for r in caplog.records) == 1
     aapp.app.close()
+
+
+def test_the_asyncio_worker_says_once_when_the_schema_changes_under_it(dsn, db, caplog):
+    """As the threaded worker (worker/schema_watch.py): a newer schema version while it runs is one
+    WARNING, and it goes on running jobs."""
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="skiplock.worker")
+    aapp = skiplock.AsyncApp(dsn)
+    done: list[int] = []
+
+    @aapp.task(name="step")
+    async def step(job, n):
+        done.append(n)
+
+    async def main():
+        await aapp.migrate()
+        runner = asyncio.ensure_future(aapp.run_async_worker(concurrency=2, max_connections=2,
+                                                             poll_interval=0.05, schema_check_interval=0.05))
+        await aapp.enqueue("step", {"n": 1})
+        while 1 not in done:
+            await asyncio.sleep(0.02)
+        await asyncio.to_thread(db.execute, "INSERT INTO skiplock.schema_version (version) VALUES (999)")
+        while not any("schema changed while this worker runs" in r.getMessage() for r in caplog.records):
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)  # several more checks
+        await aapp.enqueue("step", {"n": 2})
+        while 2 not in done:
+            await asyncio.sleep(0.02)
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+
+    _run(main())
+    warnings = [r.getMessage() for r in caplog.records if "schema changed while this worker runs" in r.getMessage()]
+    assert len(warnings) == 1 and "version 999" in warnings[0], warnings
+    aapp.app.close()

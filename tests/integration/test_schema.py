@@ -1,5 +1,6 @@
 """Migrations: idempotent, concurrent-safe, and clear errors for a missing or foreign schema version."""
 
+import logging
 import threading
 
 import psycopg
@@ -8,6 +9,7 @@ import pytest
 import skiplock
 from skiplock import SchemaError
 from skiplock.backend.postgres.queries import latest_version
+from support import wait_for
 
 
 def test_missing_schema_says_to_migrate(empty_dsn):
@@ -138,3 +140,36 @@ def test_schema_name_length_is_counted_in_bytes(empty_dsn):
     for bad in ("", "a\x00b"):
         with pytest.raises(skiplock.ConfigurationError, match="schema"):
             skiplock.App(empty_dsn, schema=bad).migrate()
+
+
+def test_a_running_worker_says_once_when_the_schema_changes_under_it(app, db, caplog):
+    """A migration by a newer release while a worker runs (worker/schema_watch.py): one WARNING naming
+    the versions, however many checks see it; the worker goes on running jobs; one INFO line once the
+    versions match again."""
+    caplog.set_level(logging.INFO, logger="skiplock.worker")
+    app.task(name="noop")(lambda job: None)
+    worker = app.worker(concurrency=1, poll_interval=0.05, handle_signals=False, maintenance=False,
+                        schema_check_interval=0.05)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+
+    def said(level: int, text: str) -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno == level and text in r.getMessage()]
+
+    try:
+        worker.started.wait(10)
+        db.execute("INSERT INTO skiplock.schema_version (version) VALUES (999)")
+        wait_for(lambda: worker.schema is not None and worker.schema.problem is not None, what="the mismatch seen")
+        assert "version 999" in worker.schema.problem and "upgrade skiplock" in worker.schema.problem
+        job = app.enqueue("noop", {})  # (this app checked the schema before the change)
+        wait_for(lambda: app.get_job(job).state == "done", what="a job run on the changed schema")
+        watch = next(s for s in worker.services if s.name == "schema watch")
+        seen = watch.passes
+        wait_for(lambda: watch.passes >= seen + 3, what="three more checks")
+        assert len(said(logging.WARNING, "schema changed while this worker runs")) == 1
+        db.execute("DELETE FROM skiplock.schema_version WHERE version = 999")
+        wait_for(lambda: worker.schema.problem is None, what="the versions matching again")
+        assert len(said(logging.INFO, "matches this worker's skiplock again")) == 1
+    finally:
+        worker.stop()
+        thread.join(30)

@@ -55,6 +55,7 @@ from .aio_txn import TransactionLeaseRuns
 from .flow import REFRESH_SECONDS
 from .gate import AsyncRunGate
 from .presence import SEEN_INTERVAL
+from .schema_watch import SCHEMA_CHECK_INTERVAL, SchemaCheck
 from .stats import WorkerStats
 
 # How often the asyncio worker tries to delete the rows of queues whose limits were cleared (the
@@ -74,7 +75,7 @@ class AsyncWorker:
 
     def __init__(self, app: "App", queues: Sequence[str] | None = None, concurrency: int = 100, *,
                  max_connections: int = 10, poll_interval: float = 0.25, rescue_interval: float = 5.0,
-                 name: str | None = None):
+                 name: str | None = None, schema_check_interval: float = SCHEMA_CHECK_INTERVAL):
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         self.app = app
@@ -84,6 +85,8 @@ class AsyncWorker:
         self.poll_interval = poll_interval
         self.rescue_interval = rescue_interval
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:aio"
+        self.schema_check_interval = schema_check_interval
+        self.schema: SchemaCheck | None = None  # the schema watch's findings (schema_watch.py): set by run()
         self.stats = WorkerStats()
         self._stopping = asyncio.Event()
         self._running: set[asyncio.Task[Any]] = set()
@@ -139,6 +142,8 @@ class AsyncWorker:
             else:
                 services = []
             services.append(asyncio.ensure_future(self._presence_loop(presence)))
+            self.schema = SchemaCheck(app.backend, self.name)
+            services.append(asyncio.ensure_future(self._schema_loop(self.schema)))
             services.append(asyncio.ensure_future(claimable.loop()))
             runners = max(1, min(self.concurrency, self.max_connections - RESERVED))
             if has_txn:
@@ -175,6 +180,15 @@ class AsyncWorker:
                 await self._seen(presence)
             except (ConnectionLost, DatabaseError) as exc:
                 log.warning("asyncio worker %s: presence refresh failed (%s)", self.name, exc)
+
+    async def _schema_loop(self, schema: SchemaCheck) -> None:
+        """The threaded worker's schema watch (worker/schema_watch.py), its check in a thread."""
+        while True:
+            await asyncio.sleep(self.schema_check_interval)
+            try:
+                await asyncio.to_thread(schema.check)
+            except (ConnectionLost, DatabaseError, DatabaseUnavailable) as exc:
+                log.debug("asyncio worker %s: schema check failed (%s)", self.name, exc)
 
     async def _idle(self) -> None:
         """Wait ``poll_interval``, or less: until stopped, or until the last job in flight finished."""

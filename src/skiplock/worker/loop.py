@@ -37,6 +37,7 @@ from .governor import Governor, Permit
 from .heartbeat import Heartbeat
 from .listener import Listener
 from .presence import Presence
+from .schema_watch import SCHEMA_CHECK_INTERVAL, SchemaCheck, SchemaWatch
 from .stats import WorkerStats
 from .watchdog import Watchdog
 
@@ -73,6 +74,10 @@ class Worker:
     worker that knows them; ``skiplock status`` lists queued jobs that no running worker can take
     (each worker advertises its tasks and queues: :mod:`.presence`). ``fail_unknown_tasks=True``
     restores the old behaviour: claim every task and fail, at once, a job whose task is not registered.
+
+    Every ``schema_check_interval`` seconds a running worker checks the database's schema version
+    again and logs a WARNING when it no longer matches this skiplock (a migration by a newer
+    release; ``schema.problem``): :mod:`.schema_watch`.
     """
 
     def __init__(self, app: "App", queues: Sequence[str] | None = None, concurrency: int = 4, *,
@@ -82,7 +87,7 @@ class Worker:
                  batch_wait: float | None = DEFAULT_BATCH_WAIT, listen: bool = True,
                  rescue_interval: float = 5.0, fail_unknown_tasks: bool = False, adaptive_limit: bool = True,
                  batch_policy: BatchPolicy | None = None, metrics_interval: float = 15.0,
-                 flow_batch_slots: int | None = None):
+                 flow_batch_slots: int | None = None, schema_check_interval: float = SCHEMA_CHECK_INTERVAL):
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         if queues is not None:
@@ -105,6 +110,9 @@ class Worker:
             batch_size, batch_budget, batch_slots, batch_wait=batch_wait, flow_batch_slots=flow_batch_slots)
         self.batch_budget = self.batching.batch_budget
         self.rescue_interval = rescue_interval
+        self.schema_check_interval = schema_check_interval
+        # what the schema watch found (worker/schema_watch.py): set by run()
+        self.schema: SchemaCheck | None = None
         self.metrics_interval = metrics_interval  # seconds between samples of the queue gauges (metrics on)
         self.fail_unknown_tasks = bool(fail_unknown_tasks)
         self.flow: FlowControl | None = None  # set by run(): the flow claim (worker/flow.py)
@@ -250,6 +258,8 @@ class Worker:
         presence = Presence(self.app.backend, self.name, list(self.app.tasks), self.queues, concurrency=self.concurrency,
                             on_live=self._live_processes)
         self.services.append(presence)
+        self.schema = SchemaCheck(self.app.backend, self.name)
+        self.services.append(SchemaWatch(self.schema, self.schema_check_interval))
         claimed_leases = [t.lease_seconds for t in self.app.tasks.values() if t.lease == "claimed"]
         heartbeat = Heartbeat(self.app.backend, min(claimed_leases) / 3) if claimed_leases else None
         capabilities = self.app.backend.capabilities
