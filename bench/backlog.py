@@ -14,6 +14,13 @@ backlog -- lower ids, as a failed job waiting out its retry backoff keeps its ol
 throughput against the small backlog's: what jobs waiting for their time cost the claims (before
 migration 18 the claim order was (priority, id) and each claim read every one of them from the heap;
 now (priority, run_at, id), with run_at a key of the claim indexes).
+
+Two more put ``AHEAD`` due jobs of another queue before the small backlog (lower ids): one claimed by a
+worker of two named queues that does not serve that queue (``--queues default,x``: what a foreign
+backlog costs a worker over several queues), one by a worker of every queue with that queue paused
+(what a paused backlog costs). Both walk jobs_claim_any_idx, whose entries do not hold the queue, so
+each such job costs every claim a heap read -- the figures show what is left to fix (docs/benchmarks.md,
+"Session 20").
 """
 
 from __future__ import annotations
@@ -23,26 +30,40 @@ from typing import Any
 
 import psycopg
 
-from .common import Context, Figure, checkpoint, fresh_db, one, table_stats, worker_summary
+from .common import Context, Figure, checkpoint, fresh_db, one, spawn_worker, table_stats, worker_summary
 
 # Jobs not yet due ahead of the small backlog in the third measurement.
 DELAYED = 20_000
+# Due jobs of another queue ahead of it in the last two (a foreign queue's, a paused queue's).
+AHEAD = 20_000
 
 
 def measure(ctx: Context, backlog: int, claims: int, warmup: int, concurrency: int,
-            max_seconds: float, delayed: int = 0) -> dict[str, Any]:
+            max_seconds: float, delayed: int = 0, ahead: int = 0, paused: bool = False) -> dict[str, Any]:
+    """``delayed``: jobs not yet due ahead of the backlog; ``ahead``: due jobs of queue 'other' ahead of
+    it, left alone by a worker of queues 'default' and 'x' -- or, with ``paused``, by a worker of every
+    queue, 'other' being paused."""
     rows = backlog + warmup + claims + 4 * concurrency
-    with fresh_db(ctx.server, f"backlog_{backlog}_{delayed}") as dsn:
+    with fresh_db(ctx.server, f"backlog_{backlog}_{delayed}_{ahead}") as dsn:
         t = time.perf_counter()
         with psycopg.connect(dsn, autocommit=True) as c:
             if delayed:  # first: the lower ids, ahead of the due jobs in id order
                 c.execute("INSERT INTO skiplock.jobs (task, run_at) SELECT 'noop', now() + interval '1 hour'"
                           "  FROM generate_series(1, %s)", [delayed])
+            if ahead:
+                c.execute("INSERT INTO skiplock.jobs (task, queue) SELECT 'noop', 'other' FROM generate_series(1, %s)",
+                          [ahead])
+                if paused:
+                    c.execute("INSERT INTO skiplock.paused_queues (queue) VALUES ('other')")
             c.execute("INSERT INTO skiplock.jobs (task) SELECT 'noop' FROM generate_series(1, %s)", [rows])
             c.execute("VACUUM ANALYZE skiplock.jobs")
         setup_s = time.perf_counter() - t
         checkpoint(dsn)
-        worker = ctx.worker(dsn, concurrency, stop_when_empty=False)
+        if ahead and not paused:  # a worker of two named queues, not 'other' (bench.worker: app.worker(queues=...))
+            worker = spawn_worker(dsn, concurrency, stop_when_empty=False,
+                                  options={**ctx.worker_options, "queues": ["default", "x"]})
+        else:
+            worker = ctx.worker(dsn, concurrency, stop_when_empty=False)
         started = time.monotonic()
         capped = False
         try:
@@ -73,7 +94,8 @@ def measure(ctx: Context, backlog: int, claims: int, warmup: int, concurrency: i
     if n is None or n < 1 or first is None:
         raise RuntimeError(f"backlog {backlog}: only {done} jobs done")
     seconds = (last - first).total_seconds()
-    return {"backlog": backlog, "delayed_ahead": delayed, "rows": rows, "setup_s": setup_s, "done": done, "claims_measured": n,
+    return {"backlog": backlog, "delayed_ahead": delayed, "other_queue_ahead": ahead, "other_queue_paused": paused,
+            "rows": rows, "setup_s": setup_s, "done": done, "claims_measured": n,
             "seconds": seconds, "throughput": n / seconds, "queued_after": queued, "concurrency": concurrency,
             "capped_at_max_seconds": capped, "worker_exit": finished.returncode,
             "worker": worker_summary(finished.stderr), "table_after": stats}
@@ -93,8 +115,18 @@ def run(ctx: Context) -> list[Figure]:
                      delayed=DELAYED)
     ctx.log(f"backlog: {behind['throughput']:,.0f} jobs/s over {behind['claims_measured']:,} claims "
             f"behind {DELAYED:,} not yet due")
+    others: dict[str, dict[str, Any]] = {}
+    for paused in (False, True):
+        what = (f"behind {AHEAD:,} of a paused queue, a worker of every queue" if paused
+                else f"behind {AHEAD:,} of another queue, a worker of two named queues")
+        ctx.log(f"backlog: {z.backlog_small:,} queued {what}, 1 process × {conc} slots")
+        others[what] = r = measure(ctx, z.backlog_small, z.backlog_claims, z.backlog_warmup, conc, z.backlog_max_seconds,
+                                   ahead=AHEAD, paused=paused)
+        ctx.log(f"backlog: {r['throughput']:,.0f} jobs/s over {r['claims_measured']:,} claims {what}"
+                f"{' (time cap reached)' if r['capped_at_max_seconds'] else ''}")
     small, large = out[z.backlog_small], out[z.backlog_large]
-    ctx.raw["backlog"] = {**{str(k): v for k, v in out.items()}, f"{z.backlog_small}_behind_{DELAYED}_delayed": behind}
+    ctx.raw["backlog"] = {**{str(k): v for k, v in out.items()}, f"{z.backlog_small}_behind_{DELAYED}_delayed": behind,
+                          **{f"{z.backlog_small} {what}": r for what, r in others.items()}}
     ctx.refs["backlog.small"] = small["throughput"]
     s = "backlog"
     return [
@@ -106,4 +138,7 @@ def run(ctx: Context) -> list[Figure]:
         Figure(s, f"claim throughput, {z.backlog_small:,} queued behind {DELAYED:,} not yet due",
                behind["throughput"], "jobs/s", reference=f"throughput with {z.backlog_small:,} queued",
                baseline_key="backlog.small", goal=">= 0.8", details=behind),
+        *(Figure(s, f"claim throughput, {z.backlog_small:,} queued {what}", r["throughput"], "jobs/s",
+                 reference=f"throughput with {z.backlog_small:,} queued", baseline_key="backlog.small",
+                 goal=">= 0.8", details=r) for what, r in others.items()),
     ]
