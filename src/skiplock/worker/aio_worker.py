@@ -55,7 +55,7 @@ from .aio_txn import TransactionLeaseRuns
 from .flow import REFRESH_SECONDS
 from .gate import AsyncRunGate
 from .presence import SEEN_INTERVAL
-from .schema_watch import SCHEMA_CHECK_INTERVAL, SchemaCheck
+from .schema_watch import SCHEMA_CHECK_INTERVAL, SchemaCheck, check_interval
 from .stats import WorkerStats
 
 # How often the asyncio worker tries to delete the rows of queues whose limits were cleared (the
@@ -85,7 +85,7 @@ class AsyncWorker:
         self.poll_interval = poll_interval
         self.rescue_interval = rescue_interval
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:aio"
-        self.schema_check_interval = schema_check_interval
+        self.schema_check_interval = check_interval(schema_check_interval)
         self.schema: SchemaCheck | None = None  # the schema watch's findings (schema_watch.py): set by run()
         self.stats = WorkerStats()
         self._stopping = asyncio.Event()

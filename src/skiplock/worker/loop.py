@@ -37,7 +37,7 @@ from .governor import Governor, Permit
 from .heartbeat import Heartbeat
 from .listener import Listener
 from .presence import Presence
-from .schema_watch import SCHEMA_CHECK_INTERVAL, SchemaCheck, SchemaWatch
+from .schema_watch import SCHEMA_CHECK_INTERVAL, SchemaCheck, SchemaWatch, check_interval
 from .stats import WorkerStats
 from .watchdog import Watchdog
 
@@ -110,7 +110,7 @@ class Worker:
             batch_size, batch_budget, batch_slots, batch_wait=batch_wait, flow_batch_slots=flow_batch_slots)
         self.batch_budget = self.batching.batch_budget
         self.rescue_interval = rescue_interval
-        self.schema_check_interval = schema_check_interval
+        self.schema_check_interval = check_interval(schema_check_interval)
         # what the schema watch found (worker/schema_watch.py): set by run()
         self.schema: SchemaCheck | None = None
         self.metrics_interval = metrics_interval  # seconds between samples of the queue gauges (metrics on)

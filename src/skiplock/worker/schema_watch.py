@@ -32,6 +32,13 @@ log = logging.getLogger("skiplock.worker")
 SCHEMA_CHECK_INTERVAL = 30.0
 
 
+def check_interval(seconds: float) -> float:
+    """``schema_check_interval`` as given, if a positive number of seconds (else ValueError)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+        raise ValueError(f"schema_check_interval must be a positive number of seconds, got {seconds!r}")
+    return float(seconds)
+
+
 class SchemaCheck:
     """The check and what it last found (shared by the threaded and the asyncio worker)."""
 
