@@ -175,7 +175,7 @@ def test_a_running_worker_says_once_when_the_schema_changes_under_it(app, db, ca
         thread.join(30)
 
 
-@pytest.mark.parametrize("seconds", [0, -1, True, "30"])
+@pytest.mark.parametrize("seconds", [0, -1, float("inf"), float("nan"), True, "30"])
 def test_the_schema_check_interval_must_be_a_positive_number_of_seconds(app, seconds):
     with pytest.raises(ValueError, match="schema_check_interval"):
         app.worker(schema_check_interval=seconds)

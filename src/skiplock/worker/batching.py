@@ -95,8 +95,9 @@ class Turns:
 
     def resize(self, limit: int) -> None:
         with self._cond:
-            self.limit = limit
-            self._cond.notify_all()
+            if limit != self.limit:  # (told every presence refresh; waiters wake only on a change)
+                self.limit = limit
+                self._cond.notify_all()
 
 
 @dataclass

@@ -19,6 +19,7 @@ reported with it (``Service``), not a mismatch.
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING
 
 from ..errors import SchemaError
@@ -34,7 +35,7 @@ SCHEMA_CHECK_INTERVAL = 30.0
 
 def check_interval(seconds: float) -> float:
     """``schema_check_interval`` as given, if a positive number of seconds (else ValueError)."""
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < math.inf:
         raise ValueError(f"schema_check_interval must be a positive number of seconds, got {seconds!r}")
     return float(seconds)
 

@@ -1134,8 +1134,7 @@ SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.
 -- would fall back to `claim_flow`, which takes the biggest backlog's jobs in id order -- measured: 40
 -- of a big partition's jobs out of turn in tests/flow/test_flow_fair.py; the steps cost at most the
 -- jobs held in flight, not the backlog), and a partition with no available job gets none and is not
--- waited for (the step goes on to the next partition's). Until session 19 a step found the partition
--- without locking and a second descent locked its first available job: two descents per partition.
+-- waited for (the step goes on to the next partition's).
 -- Slots are taken as by `claim_flow` (`flow_slots_taken`: one slot row per key, shared by the batch's
 -- jobs of that key), with the same invariants; the caller moves its cursor past the last partition
 -- returned and wraps round when none come after.
