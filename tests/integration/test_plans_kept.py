@@ -2,7 +2,8 @@
 planned anew at almost every run (its generic plan looked costlier than one made for the values at
 hand), at 0.1-0.5 ms of server CPU each -- more than running it. These tests read the server's own
 count of custom plans on the session (``pg_prepared_statements``): psycopg prepares a statement at
-its sixth run, so runs 6 and later show there."""
+its sixth run, so runs 6 and later show there -- the claims and a batch's finishing write at their
+first (``queries.prepare_now``), so every run shows."""
 
 from __future__ import annotations
 
@@ -28,12 +29,16 @@ def backlog(db):
 
 
 def _runs_keep_their_plans(app, one_run, lease_statement: str, bookkeeping_statement: str,
-                           lease_custom: int = 0) -> None:
+                           lease_custom: int = 0, lease_prepared_at: int = 6,
+                           claim: tuple[str, int] | None = None) -> None:
     """``one_run(backend, lease, bookkeeping)`` RUNS times, each ending its lease transaction; then
     the lease's and the bookkeeping session's statements named by those fragments were planned for
     no run after psycopg prepared them (all generic) -- or, ``lease_custom`` 5, the lease's was
     planned for the server's first five runs of the prepared statement only (``auto`` mode: it then
-    compares, and keeps the generic plan) -- and the lease's setting ended with each."""
+    compares, and keeps the generic plan) -- and the lease's setting ended with each.
+    ``lease_prepared_at``: the run at which the lease's statement was prepared (1: from its first,
+    ``queries.prepare_now``). ``claim``: a (fragment, custom plans) of the lease's claim, prepared
+    from its first run too."""
     backend = app.backend
     lease = backend.connect_lease("skiplock-test")
     bookkeeping = backend.connect_bookkeeping()
@@ -43,10 +48,14 @@ def _runs_keep_their_plans(app, one_run, lease_statement: str, bookkeeping_state
             one_run(backend, lease, bookkeeping)
             assert lease.conn.execute("SHOW plan_cache_mode").fetchone()[0] == "auto"  # SET LOCAL ended
             lease.conn.commit()
-        for conn, fragment, first_custom in ((lease.conn, lease_statement, lease_custom),
-                                             (bookkeeping.conn, bookkeeping_statement, 0)):
+        checks = [(lease.conn, lease_statement, lease_custom, lease_prepared_at),
+                  (bookkeeping.conn, bookkeeping_statement, 0, 6)]
+        if claim is not None:
+            checks.append((lease.conn, claim[0], claim[1], 1))
+        for conn, fragment, first_custom, prepared_at in checks:
             generic, custom = _plans(conn, fragment)
-            assert custom == first_custom and generic == RUNS - 5 - first_custom, (fragment, generic, custom)
+            runs = RUNS - (prepared_at - 1)
+            assert custom == first_custom and generic == runs - first_custom, (fragment, generic, custom)
     finally:
         lease.close()
         bookkeeping.close()
@@ -62,7 +71,11 @@ def test_a_batchs_bookkeeping_and_finishing_write_keep_their_plans(app, backlog,
         written = backend.complete_batch(lease, batch_id, [(j, 1, None) for j in jobs], datetime.now(timezone.utc), "w")
         assert written == {j.id for j in jobs}  # (and committed)
 
-    _runs_keep_their_plans(app, batch, 'UPDATE "skiplock".jobs j', 'INSERT INTO "skiplock".job_batches')
+    # the claim of a worker's size (a power of two, queries.with_limit; auto mode): the server's five
+    # custom plans of the prepared statement, then generic
+    claim = ("FOR UPDATE SKIP LOCKED", 5) if size & (size - 1) == 0 else None
+    _runs_keep_their_plans(app, batch, 'UPDATE "skiplock".jobs j', 'INSERT INTO "skiplock".job_batches',
+                           lease_prepared_at=1, claim=claim)
 
 
 def test_a_lone_jobs_attempt_and_finishing_write_keep_their_plans(app, backlog):

@@ -31,7 +31,7 @@ from ..base import ClaimedJob
 from .connecting import CLIENT_TCP, session_options, with_connect_timeout
 from .errors import translate
 from .lease import local_timeouts
-from .queries import complete_statement, with_limit
+from .queries import complete_statement, prepare_now, with_limit
 
 if TYPE_CHECKING:
     from .connections import PostgresConnections
@@ -109,7 +109,8 @@ class AsyncLeasing:
         """Statement ``name`` on ``conn``; ``limit``: a claim's, bound as ``queries.with_limit`` does."""
         query = self.q[name] if limit is None else with_limit(self.q[name], limit)
         try:
-            cur = await conn.cursor(row_factory=tuple_row).execute(query, params)
+            cur = await conn.cursor(row_factory=tuple_row).execute(
+                query, params, prepare=None if limit is None else prepare_now(conn))
             return await cur.fetchall() if cur.description else []
         except psycopg.Error as exc:
             raise translate(exc, self.dsn) from None

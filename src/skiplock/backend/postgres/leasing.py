@@ -18,7 +18,7 @@ from .connecting import row_of
 from .connections import PostgresConnections
 from .errors import translate
 from .lease import PostgresLease, PostgresSession, local_timeouts
-from .queries import complete_statement, with_limit
+from .queries import complete_statement, prepare_now, with_limit
 
 def _on_session(verb: Any) -> Any:
     """A verb whose first argument may be a backend session (lease.py): it runs on that session's
@@ -58,11 +58,12 @@ class Leasing(PostgresConnections):
         if tasks is not None:
             params["tasks"] = list(tasks)
         query = with_limit(query, limit)  # a plan the server keeps (queries.with_limit)
+        prepare = prepare_now(conn)
         if not savepoint:
-            return [ClaimedJob(*row) for row in conn.execute(query, params).fetchall()]
+            return [ClaimedJob(*row) for row in conn.execute(query, params, prepare=prepare).fetchall()]
         cur = conn.cursor(row_factory=tuple_row)
         with conn.pipeline():
-            cur.execute(query, params)
+            cur.execute(query, params, prepare=prepare)
             conn.execute(self.q["savepoint"])
         return [ClaimedJob(*row) for row in cur.fetchall()]
 
@@ -114,7 +115,8 @@ class Leasing(PostgresConnections):
             conn.execute(self.q["generic_plans"])  # the handlers have run (see queries.sql)
             cur.execute(self.q["complete_batch"], {
                 "ids": [d[0].id for d in done], "attempts": [d[1] for d in done], "results": [d[2] for d in done],
-                "started_at": started_at, "worker": worker, "batch": batch, "prefix": f"{self.schema}:"})
+                "started_at": started_at, "worker": worker, "batch": batch, "prefix": f"{self.schema}:"},
+                prepare=prepare_now(conn))
             conn.commit()
         return set(row_of(cur)[0])
 
@@ -267,7 +269,7 @@ class Leasing(PostgresConnections):
             cur = conn.cursor(row_factory=tuple_row)
             with conn.pipeline():
                 conn.execute(self.q["generic_plan_for_claim"])
-                cur.execute(text, params)
+                cur.execute(text, params, prepare=prepare_now(conn))
                 conn.execute(self.q["plan_cache_mode_back"])
             rows = cur.fetchall()
         else:

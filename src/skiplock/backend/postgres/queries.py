@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import Any
 from importlib import resources
 
 from psycopg import sql
@@ -111,6 +112,21 @@ def with_limit(statement: str, limit: int) -> str:
             or limit & (limit - 1):
         return statement
     return _literal_limit(statement, limit)
+
+
+def prepare_now(conn: Any) -> bool | None:
+    """The ``prepare`` argument of the execute of a claim or a batch's finishing write: True (a
+    prepared statement from its first run) unless the connection prepares nothing
+    (``prepare_threshold=None``: behind a transaction pooler).
+
+    Why: psycopg prepares a statement only at its sixth run on a connection, so each claim text
+    (a claim kind x a literal limit, ``with_limit``) was planned at each of its first five runs on
+    every lease connection -- a flow claim at 1-2 ms of server CPU a plan. Those that run under
+    ``force_generic_plan`` (the flow claims, ``complete_batch``) are now planned once per text and
+    connection; the others still get the server's five custom plans first. Measured on a drain of
+    20,000 flow-limited jobs, 1 process x 8 slots (pg_stat_statements): 188 plans of the flow claim
+    in 743 runs, 72 with this (docs/benchmarks.md, "Session 21")."""
+    return None if conn.prepare_threshold is None else True
 
 
 @lru_cache(maxsize=None)  # a few claim texts x a dozen limits
