@@ -110,6 +110,26 @@ def test_a_claim_takes_only_the_queues_it_names(subject, enqueue):
     assert [j.id for j in subject.claim(lease, None, limit=10)] == [a, b, c]
 
 
+@pytest.mark.parametrize("tasks", [None, ["t"]], ids=["any-task", "its-tasks"])
+def test_a_claim_of_several_queues_keeps_one_order_across_them_and_skips_only_locked_jobs(subject, enqueue, tasks):
+    """Guarantee: over several named queues, one (priority, run_at, id) order across them, and SKIP
+    LOCKED row by row in that order: a job another lease holds is skipped and the next one in order
+    is taken, whichever queue it is in; a job a claim does not return is not held (the next lease
+    takes it). A queue named twice is claimed once."""
+    a1 = enqueue(queue="a", priority=1)
+    b0 = enqueue(queue="b", priority=0)
+    a0 = enqueue(queue="a", priority=0)
+    enqueue(queue="c", priority=-1)  # not named: never taken
+    b1 = enqueue(queue="b", priority=1)
+    a2 = enqueue(queue="a", priority=2)
+    x, y, z = subject.lease(), subject.lease(), subject.lease()
+    for conn in (y, z):
+        subject.never_wait(conn)
+    assert [j.id for j in subject.claim(x, ["a", "b"], tasks=tasks, limit=2)] == [b0, a0]
+    assert [j.id for j in subject.claim(y, ["b", "a"], tasks=tasks, limit=2)] == [a1, b1]
+    assert [j.id for j in subject.claim(z, ["a", "b", "a"], tasks=tasks, limit=10)] == [a2]
+
+
 def test_a_batch_claim_locks_every_job_it_returns(subject, enqueue):
     """Guarantee (docs/batches.md): a claim with limit > 1 locks that many jobs in one transaction;
     another lease skips all of them."""
