@@ -18,9 +18,11 @@ now (priority, run_at, id), with run_at a key of the claim indexes).
 Two more put ``AHEAD`` due jobs of another queue before the small backlog (lower ids): one claimed by a
 worker of two named queues that does not serve that queue (``--queues default,x``: what a foreign
 backlog costs a worker over several queues), one by a worker of every queue with that queue paused
-(what a paused backlog costs). Both walk jobs_claim_any_idx, whose entries do not hold the queue, so
-each such job costs every claim a heap read -- the figures show what is left to fix (docs/benchmarks.md,
-"Session 20").
+(what a paused backlog costs); and a worker of the two named queues with nothing ahead (what the merged
+claim itself costs against the claim of every queue). The worker of every queue walks jobs_claim_any_idx, whose entries do not
+hold the queue, so each such job costs its every claim a heap read (docs/benchmarks.md, "Session 20").
+The worker of named queues merges one walk of jobs_claim_idx per queue (``claim_tasks_of_queues_merged``,
+"Session 21"), which never reads another queue's jobs.
 """
 
 from __future__ import annotations
@@ -39,12 +41,13 @@ AHEAD = 20_000
 
 
 def measure(ctx: Context, backlog: int, claims: int, warmup: int, concurrency: int,
-            max_seconds: float, delayed: int = 0, ahead: int = 0, paused: bool = False) -> dict[str, Any]:
+            max_seconds: float, delayed: int = 0, ahead: int = 0, paused: bool = False,
+            named: bool = False) -> dict[str, Any]:
     """``delayed``: jobs not yet due ahead of the backlog; ``ahead``: due jobs of queue 'other' ahead of
-    it, left alone by a worker of queues 'default' and 'x' -- or, with ``paused``, by a worker of every
-    queue, 'other' being paused."""
+    it, left alone by a worker of queues 'default' and 'x' (``named``) -- or, with ``paused``, by a
+    worker of every queue, 'other' being paused."""
     rows = backlog + warmup + claims + 4 * concurrency
-    with fresh_db(ctx.server, f"backlog_{backlog}_{delayed}_{ahead}") as dsn:
+    with fresh_db(ctx.server, f"backlog_{backlog}_{delayed}_{ahead}_{int(named)}") as dsn:
         t = time.perf_counter()
         with psycopg.connect(dsn, autocommit=True) as c:
             if delayed:  # first: the lower ids, ahead of the due jobs in id order
@@ -59,7 +62,7 @@ def measure(ctx: Context, backlog: int, claims: int, warmup: int, concurrency: i
             c.execute("VACUUM ANALYZE skiplock.jobs")
         setup_s = time.perf_counter() - t
         checkpoint(dsn)
-        if ahead and not paused:  # a worker of two named queues, not 'other' (bench.worker: app.worker(queues=...))
+        if named:  # a worker of two named queues, not 'other' (bench.worker: app.worker(queues=...))
             worker = spawn_worker(dsn, concurrency, stop_when_empty=False,
                                   options={**ctx.worker_options, "queues": ["default", "x"]})
         else:
@@ -95,6 +98,7 @@ def measure(ctx: Context, backlog: int, claims: int, warmup: int, concurrency: i
         raise RuntimeError(f"backlog {backlog}: only {done} jobs done")
     seconds = (last - first).total_seconds()
     return {"backlog": backlog, "delayed_ahead": delayed, "other_queue_ahead": ahead, "other_queue_paused": paused,
+            "named_queues": named,
             "rows": rows, "setup_s": setup_s, "done": done, "claims_measured": n,
             "seconds": seconds, "throughput": n / seconds, "queued_after": queued, "concurrency": concurrency,
             "capped_at_max_seconds": capped, "worker_exit": finished.returncode,
@@ -116,12 +120,13 @@ def run(ctx: Context) -> list[Figure]:
     ctx.log(f"backlog: {behind['throughput']:,.0f} jobs/s over {behind['claims_measured']:,} claims "
             f"behind {DELAYED:,} not yet due")
     others: dict[str, dict[str, Any]] = {}
-    for paused in (False, True):
+    for ahead, paused in ((0, False), (AHEAD, False), (AHEAD, True)):
         what = (f"behind {AHEAD:,} of a paused queue, a worker of every queue" if paused
-                else f"behind {AHEAD:,} of another queue, a worker of two named queues")
-        ctx.log(f"backlog: {z.backlog_small:,} queued {what}, 1 process × {conc} slots")
+                else f"behind {AHEAD:,} of another queue, a worker of two named queues" if ahead
+                else "a worker of two named queues")
+        ctx.log(f"backlog: {z.backlog_small:,} queued, {what}, 1 process × {conc} slots")
         others[what] = r = measure(ctx, z.backlog_small, z.backlog_claims, z.backlog_warmup, conc, z.backlog_max_seconds,
-                                   ahead=AHEAD, paused=paused)
+                                   ahead=ahead, paused=paused, named=not paused)
         ctx.log(f"backlog: {r['throughput']:,.0f} jobs/s over {r['claims_measured']:,} claims {what}"
                 f"{' (time cap reached)' if r['capped_at_max_seconds'] else ''}")
     small, large = out[z.backlog_small], out[z.backlog_large]
@@ -138,7 +143,7 @@ def run(ctx: Context) -> list[Figure]:
         Figure(s, f"claim throughput, {z.backlog_small:,} queued behind {DELAYED:,} not yet due",
                behind["throughput"], "jobs/s", reference=f"throughput with {z.backlog_small:,} queued",
                baseline_key="backlog.small", goal=">= 0.8", details=behind),
-        *(Figure(s, f"claim throughput, {z.backlog_small:,} queued {what}", r["throughput"], "jobs/s",
+        *(Figure(s, f"claim throughput, {z.backlog_small:,} queued, {what}", r["throughput"], "jobs/s",
                  reference=f"throughput with {z.backlog_small:,} queued", baseline_key="backlog.small",
                  goal=">= 0.8", details=r) for what, r in others.items()),
     ]

@@ -31,7 +31,7 @@ from ..base import ClaimedJob
 from .connecting import CLIENT_TCP, session_options, with_connect_timeout
 from .errors import translate
 from .lease import local_timeouts
-from .queries import complete_statement, prepare_now, with_limit
+from .queries import claim_of_queues, complete_statement, prepare_now, with_limit
 
 if TYPE_CHECKING:
     from .connections import PostgresConnections
@@ -107,7 +107,13 @@ class AsyncLeasing:
     async def _on(self, conn: Any, name: str, params: dict[str, Any] | None = None,
                   limit: int | None = None) -> list[Any]:
         """Statement ``name`` on ``conn``; ``limit``: a claim's, bound as ``queries.with_limit`` does."""
-        query = self.q[name] if limit is None else with_limit(self.q[name], limit)
+        return await self._on_text(conn, self.q[name], params, limit)
+
+    async def _on_text(self, conn: Any, query: str, params: dict[str, Any] | None = None,
+                       limit: int | None = None) -> list[Any]:
+        """``_on`` for a statement's text."""
+        if limit is not None:
+            query = with_limit(query, limit)
         try:
             cur = await conn.cursor(row_factory=tuple_row).execute(
                 query, params, prepare=None if limit is None else prepare_now(conn))
@@ -154,13 +160,13 @@ class AsyncLeasing:
         (``claim_tasks*`` in queries.sql)."""
         params: dict[str, Any]
         if queues and len(queues) == 1:
-            name, params = "claim_tasks", {"queue": queues[0]}
-        elif queues:
-            name, params = "claim_tasks_of_queues", {"queues": list(queues)}
+            query, params = self.q["claim_tasks"], {"queue": queues[0]}
+        elif queues:  # each queue's walk merged (a few queues), else jobs_claim_any_idx
+            query, params = claim_of_queues(self.q, "claim_tasks", queues)
         else:
-            name, params = "claim_tasks_any_queue", {}
+            query, params = self.q["claim_tasks_any_queue"], {}
         params.update(limit=limit, tasks=list(tasks))
-        return [ClaimedJob(*row) for row in await self._on(conn, name, params, limit=limit)]
+        return [ClaimedJob(*row) for row in await self._on_text(conn, query, params, limit=limit)]
 
     async def start_claimed_many(self, conn: Any, jobs: Sequence[tuple[ClaimedJob, uuid.UUID, float]],
                                  worker: str) -> list[tuple[int, str | None] | None]:

@@ -18,7 +18,7 @@ from .connecting import row_of
 from .connections import PostgresConnections
 from .errors import translate
 from .lease import PostgresLease, PostgresSession, local_timeouts
-from .queries import complete_statement, prepare_now, with_limit
+from .queries import claim_of_queues, complete_statement, prepare_now, with_limit
 
 def _on_session(verb: Any) -> Any:
     """A verb whose first argument may be a backend session (lease.py): it runs on that session's
@@ -51,8 +51,9 @@ class Leasing(PostgresConnections):
         prefix = "claim" if tasks is None else "claim_tasks"
         if queues and len(queues) == 1:
             query, params = self.q[prefix], {"queue": queues[0], "limit": limit}
-        elif queues:
-            query, params = self.q[f"{prefix}_of_queues"], {"queues": list(queues), "limit": limit}
+        elif queues:  # each queue's walk merged (a few queues), else jobs_claim_any_idx
+            query, params = claim_of_queues(self.q, prefix, queues)
+            params["limit"] = limit
         else:
             query, params = self.q[f"{prefix}_any_queue"], {"limit": limit}
         if tasks is not None:

@@ -47,7 +47,9 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
    FOR UPDATE SKIP LOCKED;
 
 -- name: claim_of_queues
--- The same over several queues: walks jobs_claim_any_idx in (priority, run_at, id) order, filtering queue.
+-- The same over many given queues (more than queries.py's MERGED_QUEUES_MAX; fewer:
+-- `claim_of_queues_merged`): walks jobs_claim_any_idx in (priority, run_at, id) order, filtering
+-- queue -- one heap read per job of another queue ahead.
 -- `NOT flow` (migration 17): that index holds only the queued jobs without the flag, so the jobs
 -- of limited queues waiting ahead are not walked; the test of queue_limits below stays (a job of a
 -- limited queue without the flag is the flow claim's, and costs this walk a row).
@@ -65,6 +67,89 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
  ORDER BY priority, run_at, id
  LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED;
+
+-- name: claim_queue_walk
+-- One queue's part of `claim_of_queues_merged` (its %(queue)s renamed for each queue: queries.py,
+-- `claim_of_queues`): the queue's available jobs in claim order, off jobs_claim_idx from the queue's
+-- first entry. The tests of a pause and of limits are `claim`'s, each run once per claim: a paused
+-- queue or one left to the flow claim is not walked at all. The rows are read on the claim's
+-- snapshot and re-checked as they are locked (the including statement's `j`).
+-- Its LIMIT returns every row (no walk is ever cut short: a queue whose first rows are all locked by
+-- other workers still gives the claim its next one); it is there for the planner. A walk in
+-- parentheses is planned as a subquery for all its rows (its including statement sorts and joins),
+-- so a busy queue -- its pages not all-visible -- was read whole with a bitmap scan and sorted at
+-- every claim. A LIMIT the planner cannot read (a sub-select) makes it plan for a tenth of the rows:
+-- the walk of jobs_claim_idx in order, read only as far as the merge takes it
+-- (tests/integration/test_claim_of_queues.py).
+SELECT ctid, id, priority, run_at
+  FROM {schema}.jobs
+ WHERE state = 'queued' AND queue = %(queue)s AND run_at <= now()
+   AND NOT EXISTS (SELECT 1 FROM {schema}.paused_queues WHERE queue = %(queue)s)
+   AND NOT EXISTS (SELECT 1 FROM {schema}.queue_limits WHERE queue = %(queue)s)
+ ORDER BY priority, run_at, id
+ LIMIT (SELECT 9223372036854775807)
+
+-- name: claim_tasks_queue_walk
+-- `claim_queue_walk` for the worker's tasks only (the task checked on the index entry, as in `claim_tasks`).
+SELECT ctid, id, priority, run_at
+  FROM {schema}.jobs
+ WHERE state = 'queued' AND queue = %(queue)s AND task = ANY(%(tasks)s::text[]) AND run_at <= now()
+   AND NOT EXISTS (SELECT 1 FROM {schema}.paused_queues WHERE queue = %(queue)s)
+   AND NOT EXISTS (SELECT 1 FROM {schema}.queue_limits WHERE queue = %(queue)s)
+ ORDER BY priority, run_at, id
+ LIMIT (SELECT 9223372036854775807)
+
+-- name: claim_of_queues_merged
+-- `claim` over a few given queues (queries.py, `claim_of_queues`: up to MERGED_QUEUES_MAX): each
+-- queue's own walk (`claim_queue_walk`, or `claim_tasks_queue_walk` in `claim_tasks_of_queues_merged`),
+-- one per queue in place of the comment below, merged in (priority, run_at, id) order (a Merge
+-- Append: each walk is read only as far as the merge takes it), each row locked as the merge yields
+-- it (the LATERAL subquery `j`: the row read again by its address, `ctid`, and locked FOR UPDATE SKIP
+-- LOCKED, per row merged). The invariants are `claim`'s:
+-- * SKIP LOCKED, row by row in claim order: a row another transaction holds is skipped and the next
+--   one in order is taken, across the queues as within one -- the claim never locks a row it does
+--   not return, so nothing is held back by over-locking.
+-- * the lock is taken on the row's newest version, re-checked (READ COMMITTED): a job finished or
+--   claimed and committed since the snapshot is not taken (`l.state`, `l.run_at`). A row updated
+--   and committed since the snapshot has a new address, so the re-check of `l.ctid` fails and this
+--   claim skips it even if it is still queued (the next claim sees its new version); a queued row is
+--   not updated in place by skiplock's own paths, except by the flag of limits (then it is the flow
+--   claim's anyway).
+-- * another queue's backlog, or a paused one's, is never walked: each walk starts at its queue's
+--   first entry (before: jobs_claim_any_idx in claim order, one heap read per job of another queue
+--   ahead -- 10-13 ms per claim behind 50,000; docs/benchmarks.md, "Session 21").
+-- The cost: a descent of jobs_claim_idx per queue, and each row merged read twice, on the same page:
+-- by the walk (its `ctid`), then by that address to be locked (FOR UPDATE cannot lock through UNION
+-- ALL). A lookup by id instead (jobs_pkey) cost about 1.4 x the server time per claim.
+-- The plan is held in shape by the statement, not by estimates (tests/integration/test_claim_of_queues.py):
+-- * each walk has its own ORDER BY: without it no Merge Append is planned (a UNION ALL member's
+--   `queue = $1` is no equivalence class, so the index's order would not start at `priority`);
+-- * the lock is in a LATERAL subquery (it has FOR UPDATE: never flattened), so it is a nested loop,
+--   one row at a time. A join to the table with FOR UPDATE on the outer query was planned as a hash
+--   join over the whole table and a sort once finished jobs filled it (9 ms per claim in a drain).
+SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at,
+       now() AS claimed_at
+  FROM (/* each queue: claim_queue_walk */) AS c
+ CROSS JOIN LATERAL (
+       SELECT l.id, l.queue, l.task, l.args, l.priority, l.attempts, l.max_attempts, l.run_at, l.created_at
+         FROM {schema}.jobs l
+        WHERE l.ctid = c.ctid AND l.state = 'queued' AND l.run_at <= now()
+          FOR UPDATE SKIP LOCKED) AS j
+ ORDER BY c.priority, c.run_at, c.id
+ LIMIT %(limit)s;
+
+-- name: claim_tasks_of_queues_merged
+-- `claim_of_queues_merged` for the worker's tasks only (the walks are `claim_tasks_queue_walk`).
+SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at,
+       now() AS claimed_at
+  FROM (/* each queue: claim_tasks_queue_walk */) AS c
+ CROSS JOIN LATERAL (
+       SELECT l.id, l.queue, l.task, l.args, l.priority, l.attempts, l.max_attempts, l.run_at, l.created_at
+         FROM {schema}.jobs l
+        WHERE l.ctid = c.ctid AND l.state = 'queued' AND l.run_at <= now()
+          FOR UPDATE SKIP LOCKED) AS j
+ ORDER BY c.priority, c.run_at, c.id
+ LIMIT %(limit)s;
 
 -- name: claim_any_queue
 -- Every queue: jobs_claim_any_idx, in order (`NOT flow`: as in `claim_of_queues`).
@@ -100,8 +185,9 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
    FOR UPDATE SKIP LOCKED;
 
 -- name: claim_tasks_of_queues
--- `claim_of_queues` for the worker's tasks only: jobs_claim_any_idx in order, the task checked on the
--- index entry (an Index Cond), the queue on the row (`NOT flow`: as in `claim_of_queues`).
+-- `claim_of_queues` for the worker's tasks only (over many queues; fewer:
+-- `claim_tasks_of_queues_merged`): jobs_claim_any_idx in order, the task checked on the index entry
+-- (an Index Cond), the queue on the row (`NOT flow`: as in `claim_of_queues`).
 SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, now() AS claimed_at
   FROM {schema}.jobs
  WHERE state = 'queued' AND NOT flow AND queue = ANY(%(queues)s) AND task = ANY(%(tasks)s::text[]) AND run_at <= now()
