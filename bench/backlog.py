@@ -21,7 +21,7 @@ backlog costs a worker over several queues), one by a worker of every queue with
 (what a paused backlog costs); and a worker of the two named queues with nothing ahead (what the merged
 claim itself costs against the claim of every queue). The worker of every queue walks jobs_claim_any_idx, whose entries do not
 hold the queue, so each such job costs its every claim a heap read (docs/benchmarks.md, "Session 20").
-The worker of named queues merges one walk of jobs_claim_idx per queue (``claim_tasks_of_queues_merged``,
+The worker of named queues merges one walk of jobs_claim_idx per queue (``claim_of_queues_merged``,
 "Session 21"), which never reads another queue's jobs.
 """
 

@@ -28,6 +28,16 @@ def _backlog_ahead(dsn: str, n: int) -> None:
         c.execute("VACUUM ANALYZE skiplock.jobs")
 
 
+def _claim_plan(app: skiplock.App, dsn: str, prefix: str, queues: list[str], limit: int,
+                mode: str) -> tuple[dict[str, Any], str]:
+    """The merged claim of ``queues`` for task "t", as the worker sends it, run under ``mode``
+    (EXPLAIN ANALYZE, warm): its plan, and the plan's text for a failure's message."""
+    text, values = claim_of_queues(app.backend.q, prefix, queues)
+    values.update(limit=limit, tasks=["t"])
+    root = plan(dsn, with_limit(text, limit), values, analyze=True, mode=mode, warm=True)
+    return root, json.dumps(root)[:4000]
+
+
 @pytest.mark.parametrize("mode", PLANS)
 @pytest.mark.parametrize("prefix", ["claim", "claim_tasks"])
 @pytest.mark.parametrize("held", ["not named", "paused", "limited"])
@@ -44,10 +54,7 @@ def test_a_claim_of_named_queues_never_walks_another_queues_backlog(app: skiploc
     if held == "paused":
         app.pause_queue("held")
     queues = ["a", "b"] if held == "not named" else ["held", "a", "b"]
-    text, values = claim_of_queues(app.backend.q, prefix, queues)
-    values.update(limit=2, tasks=["t"])
-    root = plan(dsn, with_limit(text, 2), values, analyze=True, mode=mode, warm=True)
-    where = json.dumps(root)[:4000]
+    root, where = _claim_plan(app, dsn, prefix, queues, 2, mode)
     assert root.get("Actual Rows") == 2, where
     assert [n for n in nodes(root) if n["Node Type"] == "Merge Append"], where
     assert not [n for n in nodes(root) if n["Node Type"] == "Sort"], where
@@ -115,10 +122,7 @@ def test_each_walk_stays_an_index_walk_when_its_queues_pages_are_not_all_visible
         c.execute("VACUUM ANALYZE skiplock.jobs")
         c.execute("UPDATE skiplock.jobs SET attempts = attempts WHERE id % 3 = 0")
         c.execute("ANALYZE skiplock.jobs")
-    text, values = claim_of_queues(app.backend.q, prefix, ["a", "other"])
-    values.update(limit=2, tasks=["t"])
-    root = plan(dsn, with_limit(text, 2), values, analyze=True, mode=mode, warm=True)
-    where = json.dumps(root)[:4000]
+    root, where = _claim_plan(app, dsn, prefix, ["a", "other"], 2, mode)
     assert root.get("Actual Rows") == 2, where
     assert [n for n in nodes(root) if n["Node Type"] == "Merge Append"], where
     assert not [n for n in nodes(root) if n["Node Type"] in ("Sort", "Bitmap Heap Scan", "Seq Scan")], where
@@ -138,10 +142,7 @@ def test_a_claim_of_named_queues_does_not_read_their_jobs_not_yet_due(app: skipl
                   "  FROM generate_series(1, %s)", [waiting])
         c.execute("INSERT INTO skiplock.jobs (queue, task) SELECT q, 't' FROM unnest(ARRAY['a', 'b']) q")
         c.execute("VACUUM ANALYZE skiplock.jobs")
-    text, values = claim_of_queues(app.backend.q, "claim_tasks", ["a", "b"])
-    values.update(limit=2, tasks=["t"])
-    root = plan(dsn, with_limit(text, 2), values, analyze=True, mode=mode, warm=True)
-    where = json.dumps(root)[:4000]
+    root, where = _claim_plan(app, dsn, "claim_tasks", ["a", "b"], 2, mode)
     assert root.get("Actual Rows") == 2, where
     scans = job_scans(root)
     assert not [n for n in scans if n.get("Rows Removed by Filter")], where
@@ -162,10 +163,7 @@ def test_each_row_is_locked_as_the_merge_yields_it_among_many_finished_jobs(app:
                   "  SELECT 'a', 't', 'done', now() FROM generate_series(1, 20000)")
         c.execute("INSERT INTO skiplock.jobs (queue, task) SELECT 'a', 't' FROM generate_series(1, 2000)")
         c.execute("ANALYZE skiplock.jobs")
-    text, values = claim_of_queues(app.backend.q, prefix, ["a", "b"])
-    values.update(limit=32, tasks=["t"])
-    root = plan(dsn, with_limit(text, 32), values, analyze=True, mode=mode, warm=True)
-    where = json.dumps(root)[:4000]
+    root, where = _claim_plan(app, dsn, prefix, ["a", "b"], 32, mode)
     assert root.get("Actual Rows") == 32, where
     kinds = [n["Node Type"] for n in nodes(root)]
     assert "Nested Loop" in kinds and "Merge Append" in kinds, where

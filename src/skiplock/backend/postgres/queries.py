@@ -118,35 +118,30 @@ def with_limit(statement: str, limit: int) -> str:
 # in queries.sql); over more, it walks jobs_claim_any_idx (`claim_of_queues`): a descent per queue
 # and claim against a heap read per job of another queue waiting ahead.
 MERGED_QUEUES_MAX = 16
-_EACH_QUEUE = re.compile(r"/\* each queue: (\w+) \*/")
+_EACH_QUEUE = "/* each queue */"
 
 
 def claim_of_queues(q: dict[str, str], prefix: str, queues: Sequence[str]) -> tuple[str, dict[str, Any]]:
     """The claim over several given ``queues`` (``prefix``: "claim" or "claim_tasks") and its queue
-    parameters: each queue's walk merged (``{prefix}_of_queues_merged``) for up to
-    ``MERGED_QUEUES_MAX`` distinct queues, the walk of jobs_claim_any_idx (``{prefix}_of_queues``)
-    for more. The caller adds ``limit`` (and ``tasks``) to the parameters."""
+    parameters: each queue's walk (``{prefix}_queue_walk``) merged (``claim_of_queues_merged``) for
+    up to ``MERGED_QUEUES_MAX`` distinct queues, the walk of jobs_claim_any_idx
+    (``{prefix}_of_queues``) for more. The caller adds ``limit`` (and ``tasks``) to the parameters."""
     distinct = list(dict.fromkeys(queues))  # a queue named twice would be merged with itself
     if len(distinct) > MERGED_QUEUES_MAX:
         return q[f"{prefix}_of_queues"], {"queues": distinct}
-    return (_merged(q[f"{prefix}_of_queues_merged"], q, len(distinct)),
+    return (_merged(q["claim_of_queues_merged"], q[f"{prefix}_queue_walk"], len(distinct)),
             {f"queue_{i}": name for i, name in enumerate(distinct)})
 
 
-def _merged(frame: str, q: dict[str, str], n: int) -> str:
-    """``frame`` with its ``/* each queue: walk */`` replaced by ``n`` copies of the statement
-    ``walk``, each in parentheses (its own ORDER BY: an ordered input of the Merge Append) with its
-    ``%(queue)s`` renamed ``%(queue_<i>)s``, joined by UNION ALL."""
-    found = _EACH_QUEUE.search(frame)
-    if found is None:
-        raise ValueError("a merged claim needs a '/* each queue: <statement> */' in its FROM")
-    return _merge(frame, found.group(0), q[found.group(1)], n)
-
-
-@lru_cache(maxsize=None)  # two frames x the worker's queue count
-def _merge(frame: str, marker: str, walk: str, n: int) -> str:
+@lru_cache(maxsize=None)  # two walks x the worker's queue count
+def _merged(frame: str, walk: str, n: int) -> str:
+    """``frame`` with its ``/* each queue */`` replaced by ``n`` copies of ``walk``, each in
+    parentheses (its own ORDER BY: an ordered input of the Merge Append) with its ``%(queue)s``
+    renamed ``%(queue_<i>)s``, joined by UNION ALL."""
+    if frame.count(_EACH_QUEUE) != 1:
+        raise ValueError("a merged claim needs one '/* each queue */' in its FROM")
     walks = "\n UNION ALL\n".join(f"({walk.replace('%(queue)s', f'%(queue_{i})s')})" for i in range(n))
-    return frame.replace(marker, walks)
+    return frame.replace(_EACH_QUEUE, walks)
 
 
 def prepare_now(conn: Any) -> bool | None:

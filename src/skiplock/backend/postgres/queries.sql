@@ -101,7 +101,7 @@ SELECT ctid, id, priority, run_at
 
 -- name: claim_of_queues_merged
 -- `claim` over a few given queues (queries.py, `claim_of_queues`: up to MERGED_QUEUES_MAX): each
--- queue's own walk (`claim_queue_walk`, or `claim_tasks_queue_walk` in `claim_tasks_of_queues_merged`),
+-- queue's own walk (`claim_queue_walk`, or `claim_tasks_queue_walk` for the worker's tasks only),
 -- one per queue in place of the comment below, merged in (priority, run_at, id) order (a Merge
 -- Append: each walk is read only as far as the merge takes it), each row locked as the merge yields
 -- it (the LATERAL subquery `j`: the row read again by its address, `ctid`, and locked FOR UPDATE SKIP
@@ -129,20 +129,7 @@ SELECT ctid, id, priority, run_at
 --   join over the whole table and a sort once finished jobs filled it (9 ms per claim in a drain).
 SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at,
        now() AS claimed_at
-  FROM (/* each queue: claim_queue_walk */) AS c
- CROSS JOIN LATERAL (
-       SELECT l.id, l.queue, l.task, l.args, l.priority, l.attempts, l.max_attempts, l.run_at, l.created_at
-         FROM {schema}.jobs l
-        WHERE l.ctid = c.ctid AND l.state = 'queued' AND l.run_at <= now()
-          FOR UPDATE SKIP LOCKED) AS j
- ORDER BY c.priority, c.run_at, c.id
- LIMIT %(limit)s;
-
--- name: claim_tasks_of_queues_merged
--- `claim_of_queues_merged` for the worker's tasks only (the walks are `claim_tasks_queue_walk`).
-SELECT j.id, j.queue, j.task, j.args, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at,
-       now() AS claimed_at
-  FROM (/* each queue: claim_tasks_queue_walk */) AS c
+  FROM (/* each queue */) AS c
  CROSS JOIN LATERAL (
        SELECT l.id, l.queue, l.task, l.args, l.priority, l.attempts, l.max_attempts, l.run_at, l.created_at
          FROM {schema}.jobs l
@@ -186,7 +173,7 @@ SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_
 
 -- name: claim_tasks_of_queues
 -- `claim_of_queues` for the worker's tasks only (over many queues; fewer:
--- `claim_tasks_of_queues_merged`): jobs_claim_any_idx in order, the task checked on the index entry
+-- `claim_of_queues_merged`): jobs_claim_any_idx in order, the task checked on the index entry
 -- (an Index Cond), the queue on the row (`NOT flow`: as in `claim_of_queues`).
 SELECT id, queue, task, args, priority, attempts, max_attempts, run_at, created_at, now() AS claimed_at
   FROM {schema}.jobs
