@@ -31,18 +31,25 @@ SLOTS = 2
 N_WORKERS = 4
 
 
-@pytest.mark.parametrize("lease", ["transaction", "claimed"])
-def test_sigkill_random_workers_during_a_run(lease, fdsn, fdb, producer, workers, exec_dir):
+@pytest.mark.parametrize("lease,queues", [("transaction", None), ("claimed", None), ("transaction", "a,b,c")],
+                         ids=["transaction", "claimed", "transaction-named-queues"])
+def test_sigkill_random_workers_during_a_run(lease, queues, fdsn, fdb, producer, workers, exec_dir):
+    """``queues``: workers of those named queues, the jobs spread over them (the merged claim of
+    several queues, `claim_of_queues_merged`), and a backlog of another queue they never take."""
     task = "txn_effect" if lease == "transaction" else "claimed_effect"
+    names = queues.split(",") if queues else ["default"]
+    extra = ["--queues", queues] if queues else []
+    if queues:
+        producer.enqueue_many([(task, {"sleep": 0.01}, {"queue": "other"}) for _ in range(300)])
 
     def enqueue(n: int) -> list[int]:
-        return producer.enqueue_many([(task, {"sleep": 0.01}) for _ in range(n)])
+        return producer.enqueue_many([(task, {"sleep": 0.01}, {"queue": names[i % len(names)]}) for i in range(n)])
 
     ids = enqueue(FIRST_BATCH)
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     started = time.monotonic()
-    running = [workers.start(fdsn, concurrency=SLOTS) for _ in range(N_WORKERS)]
+    running = [workers.start(fdsn, concurrency=SLOTS, extra=extra) for _ in range(N_WORKERS)]
     killed = []
     while len(killed) < KILLS:
         wait_for(lambda: {w.pid for w in running} <= serving_pids(fdb), 30, "every worker to be serving",
@@ -53,7 +60,7 @@ def test_sigkill_random_workers_during_a_run(lease, fdsn, fdb, producer, workers
         victim.signal(signal.SIGKILL)
         assert victim.wait() == -signal.SIGKILL
         killed.append(victim)
-        running.append(workers.start(fdsn, concurrency=SLOTS))
+        running.append(workers.start(fdsn, concurrency=SLOTS, extra=extra))
         if len(killed) < KILLS and len(ids) < MAX_JOBS and unfinished(fdb, ids) < TOP_UP:
             ids += enqueue(TOP_UP)
     remaining_at_last_kill = unfinished(fdb, ids)
@@ -68,12 +75,15 @@ def test_sigkill_random_workers_during_a_run(lease, fdsn, fdb, producer, workers
     # Handler runs cut short by a kill: started in a killed process, whose effect did not commit there.
     committed = set(fdb.execute("SELECT job_id, pid FROM effects WHERE job_id = ANY(%s)", [ids]).fetchall())
     cut_short = {(j, p) for j, _, p in executions(exec_dir) if p in killed_pids and (j, p) not in committed}
-    record("SIGKILL random workers", lease, v, f"{len(killed)} SIGKILL", elapsed,
+    record("SIGKILL random workers", lease + (f" (queues {queues})" if queues else ""), v, f"{len(killed)} SIGKILL", elapsed,
            note=f"seed {seed}; {len(cut_short)} handler run(s) cut short by a kill; {remaining_at_last_kill} "
                 "job(s) still unfinished at the last kill")
 
     assert v.problems() == [], f"seed {seed}: {v.problems()}"
     assert v.states == {"done": len(ids)}, v.states
+    if queues:  # the other queue's jobs: never taken by a worker of the named ones
+        assert fdb.execute("SELECT state, count(*) FROM skiplock.jobs WHERE queue = 'other' GROUP BY state"
+                           ).fetchall() == [("queued", 300)]
     assert all(code == 0 for code in codes.values()), codes
     # The kills really hit jobs in flight (otherwise nothing was tested), and each such job ran again.
     assert cut_short, f"seed {seed}: no kill hit a job in flight"
