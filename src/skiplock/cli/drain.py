@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 if TYPE_CHECKING:
     from ..app import App
+    from ..worker import Worker
 
 SCAN_LIMIT = 10_000
 PAGE = 1_000
@@ -105,7 +106,7 @@ class Totals:
     aborted: bool
 
 
-def drain_until_quiet(app: App, first: Any, make_worker: Callable[[], Any], queues: Sequence[str] | None,
+def drain_until_quiet(app: App, first: "Worker", make_worker: Callable[[], "Worker"], queues: Sequence[str] | None,
                       horizon: float, log: Any) -> Totals:
     """``worker --stop-when-empty``: :func:`drain` with ``first`` (a Worker runs once: each further
     drain is a new one from ``make_worker``), then log what was left behind (unless aborted)."""
@@ -117,7 +118,7 @@ def drain_until_quiet(app: App, first: Any, make_worker: Callable[[], Any], queu
         return workers[-1].run(stop_when_empty=True)
 
     def signalled() -> bool:  # a run told to stop by SIGINT/SIGTERM (the worker counts its signals) ends it
-        return any(w.stats.aborted or getattr(w, "signals_received", 0) for w in workers)
+        return any(w.stats.aborted or w.signals_received for w in workers)
 
     runs = drain(app, queues, horizon, run_once, signalled, log)
     totals = Totals(sum(r.done for r in runs), sum(r.retried for r in runs), sum(r.failed for r in runs),

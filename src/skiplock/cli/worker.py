@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .group import APP_SEARCH, Context, err_console, fail, handle_errors
 from .params import Duration
+
+if TYPE_CHECKING:
+    from ..worker import Worker
 
 # skiplock.worker.batching.DEFAULT_BATCH_SIZE, DEFAULT_BATCH_WAIT and FLOW_TURNS, written out so that the command
 # line does not import the worker to show its help (tests/unit/test_cli_defaults.py checks they agree).
@@ -80,7 +83,7 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
         fail(f"--queues has an empty name: {queues!r}")
     app.check()
 
-    def make_worker() -> Any:
+    def make_worker() -> "Worker":
         return app.worker(queues=queue_list, concurrency=concurrency, poll_interval=poll_interval,
                           batch_size=batch_size, batch_budget=batch_budget, batch_slots=batch_slots,
                           flow_batch_slots=flow_batch_slots, batch_wait=batch_wait or None,
@@ -95,6 +98,7 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
     # --stop-when-empty runs several workers one after another: readiness then asks the database only
     health = start_health(app, health_host, health_port, None if stop_when_empty else w) \
         if health_port is not None else None
+    stats: Any  # a WorkerStats, or the Totals of several drains
     try:
         if stop_when_empty:
             from .drain import drain_until_quiet
