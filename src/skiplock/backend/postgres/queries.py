@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Any, Sequence
 from importlib import resources
+from typing import Any, Sequence
 
 from psycopg import sql
 
