@@ -76,6 +76,7 @@ def test_a_queue_named_twice_is_walked_once():
     assert values == {"queue_0": "a", "queue_1": "b"}
     assert text.count("UNION ALL") == 1 and "%(queue)s" not in text
     assert with_limit(text, 32).count("LIMIT 32") == 1  # the claim's one LIMIT: the walks have none
+    assert claim_of_queues(q, "claim_tasks", ["a", "a"]) == (q["claim_tasks"], {"queue": "a"})  # one queue's claim
 
 
 def test_over_many_queues_the_claim_walks_the_index_of_every_queue():

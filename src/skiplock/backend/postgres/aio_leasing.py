@@ -104,14 +104,14 @@ class AsyncLeasing:
                 raise translate(exc, self.dsn) from None
         return rows if many else (rows[0] if rows else None)
 
-    async def _on(self, conn: Any, name: str, params: dict[str, Any] | None = None,
-                  limit: int | None = None) -> list[Any]:
-        """Statement ``name`` on ``conn``; ``limit``: a claim's, bound as ``queries.with_limit`` does."""
-        return await self._on_text(conn, self.q[name], params, limit)
+    async def _on(self, conn: Any, name: str, params: dict[str, Any] | None = None) -> list[Any]:
+        """Statement ``name`` on ``conn``."""
+        return await self._on_text(conn, self.q[name], params)
 
     async def _on_text(self, conn: Any, query: str, params: dict[str, Any] | None = None,
                        limit: int | None = None) -> list[Any]:
-        """``_on`` for a statement's text."""
+        """A statement's text on ``conn``; ``limit``: a claim's, bound as ``queries.with_limit`` does
+        (and the claim prepared from its first run: ``queries.prepare_now``)."""
         if limit is not None:
             query = with_limit(query, limit)
         try:
@@ -159,9 +159,7 @@ class AsyncLeasing:
         """Lock up to ``limit`` available jobs of the task names ``tasks`` in ``conn``'s transaction
         (``claim_tasks*`` in queries.sql)."""
         params: dict[str, Any]
-        if queues and len(queues) == 1:
-            query, params = self.q["claim_tasks"], {"queue": queues[0]}
-        elif queues:  # each queue's walk merged (a few queues), else jobs_claim_any_idx
+        if queues:  # one queue's walk, a few queues' walks merged, or jobs_claim_any_idx
             query, params = claim_of_queues(self.q, "claim_tasks", queues)
         else:
             query, params = self.q["claim_tasks_any_queue"], {}

@@ -49,9 +49,7 @@ class Leasing(PostgresConnections):
         SAVEPOINT is sent in the claim's round trip (pipeline mode). The transaction's BEGIN is a round trip
         of its own either way: psycopg waits for it, in a pipeline too (it syncs after it)."""
         prefix = "claim" if tasks is None else "claim_tasks"
-        if queues and len(queues) == 1:
-            query, params = self.q[prefix], {"queue": queues[0], "limit": limit}
-        elif queues:  # each queue's walk merged (a few queues), else jobs_claim_any_idx
+        if queues:  # one queue's walk, a few queues' walks merged, or jobs_claim_any_idx
             query, params = claim_of_queues(self.q, prefix, queues)
             params["limit"] = limit
         else:

@@ -122,11 +122,14 @@ _EACH_QUEUE = "/* each queue */"
 
 
 def claim_of_queues(q: dict[str, str], prefix: str, queues: Sequence[str]) -> tuple[str, dict[str, Any]]:
-    """The claim over several given ``queues`` (``prefix``: "claim" or "claim_tasks") and its queue
-    parameters: each queue's walk (``{prefix}_queue_walk``) merged (``claim_of_queues_merged``) for
-    up to ``MERGED_QUEUES_MAX`` distinct queues, the walk of jobs_claim_any_idx
-    (``{prefix}_of_queues``) for more. The caller adds ``limit`` (and ``tasks``) to the parameters."""
+    """The claim over the given ``queues`` (``prefix``: "claim" or "claim_tasks") and its queue
+    parameters, by the number of distinct names: one, the claim of one queue (``{prefix}``); up to
+    ``MERGED_QUEUES_MAX``, each queue's walk (``{prefix}_queue_walk``) merged
+    (``claim_of_queues_merged``); more, the walk of jobs_claim_any_idx (``{prefix}_of_queues``).
+    The caller adds ``limit`` (and ``tasks``) to the parameters."""
     distinct = list(dict.fromkeys(queues))  # a queue named twice would be merged with itself
+    if len(distinct) == 1:
+        return q[prefix], {"queue": distinct[0]}
     if len(distinct) > MERGED_QUEUES_MAX:
         return q[f"{prefix}_of_queues"], {"queues": distinct}
     return (_merged(q["claim_of_queues_merged"], q[f"{prefix}_queue_walk"], len(distinct)),
