@@ -200,3 +200,76 @@ def test_an_idle_worker_with_a_listener_claims_about_once_per_poll_interval(app)
     finally:
         worker.stop()
         thread.join(30)
+
+
+def test_an_unserved_wake_up_sends_one_busy_slot_claiming_not_every_one(app):
+    """A NOTIFY that came while every slot was busy is served by the next claim that begins -- its
+    snapshot is taken after the wake-up, so it sees the job --, or else by the first slot that would
+    go to sleep: it claims instead. The other busy slots sleep: their claims again used to find
+    nothing (with 1 ms jobs at half the capacity, a sixth of all claims)."""
+    worker = app.worker(concurrency=2, poll_interval=60, handle_signals=False, maintenance=False)
+    since = worker._wakes  # both slots begin claims ...
+    worker.wake(every=False, slots=2)  # ... and a NOTIFY comes, with no slot waiting
+    first, second = threading.Event(), threading.Event()
+    threading.Thread(target=lambda: (worker._idle(since), first.set()), daemon=True).start()
+    assert first.wait(10), "no slot claimed for the unserved wake-up"
+    threading.Thread(target=lambda: (worker._idle(since), second.set()), daemon=True).start()
+    wait_for(lambda: worker._sleeping == 1)  # the other one sleeps: the wake-up was served
+    assert not second.is_set()
+    worker.wake(every=False, slots=3)  # wakes the sleeper; unserved for the rest ...
+    assert second.wait(10)
+    worker._claim_begins()  # ... until a claim begins: it serves them
+    third = threading.Event()
+    threading.Thread(target=lambda: (worker._idle(since), third.set()), daemon=True).start()
+    wait_for(lambda: worker._sleeping == 1)
+    assert not third.is_set()
+    worker.wake()  # a wake-up of every slot: each claims before it sleeps
+    assert third.wait(10)
+    done = threading.Event()
+    threading.Thread(target=lambda: (worker._idle(since), done.set()), daemon=True).start()
+    assert done.wait(10)
+    worker.stop()
+
+
+def test_a_full_claim_sleeps_after_its_batch_once_a_later_claim_found_every_job(app):
+    """A claim that came back full claims again after its batch -- there may be more -- unless a
+    claim that began after it came back short: that one found every available job, and anything
+    since comes with a NOTIFY. Without a listener it always claims again."""
+    worker = app.worker(concurrency=4, poll_interval=60, handle_signals=False, maintenance=False)
+    worker.listener = _Listening()
+    wakes = worker._wakes
+    full, later, latest = next(worker._claims), next(worker._claims), next(worker._claims)
+    assert not worker._drained(full, wakes, 8, 8)  # full, and nothing known since: claim again
+    assert worker._drained(full, wakes, 3, 8)  # short: it found every job itself
+    worker._found_all(later)
+    assert worker._drained(full, wakes, 8, 8)  # a later claim found every job
+    assert not worker._drained(latest, wakes, 8, 8)  # ... but not after this one began
+    worker.listener.listening.clear()
+    assert not worker._drained(full, wakes, 8, 8) and not worker._drained(full, wakes, 3, 8)
+    worker.stop()
+
+
+def test_jobs_offered_while_every_slot_is_busy_are_all_run_exactly_once_without_polling(app, effects):
+    """The wake-up rules above end to end: jobs enqueued one at a time and in bursts, most while both
+    slots are busy (their NOTIFYs find nobody sleeping), claimed by slots that go to sleep whenever a
+    claim found every job; the poll interval is a minute, so a job these rules left unclaimed would
+    wait past the test's timeout. (Which rule serves which job depends on timing: the exact cases are
+    the tests above.)"""
+    def slow_effect(job):
+        time.sleep(0.01)
+        record(job)
+    app.task(name="effect")(slow_effect)
+    worker = app.worker(concurrency=2, poll_interval=60, batch_size=4, handle_signals=False, maintenance=False)
+    thread = running(worker)
+    ids: list[int] = []
+    try:
+        assert worker.listener.listening.wait(10)
+        for burst in range(60):
+            ids += app.enqueue_many([("effect", {})] * (1 + (burst % 7 == 0) * 5))
+            time.sleep(0.003)
+        wait_for(lambda: effects.execute("SELECT count(*) FROM effects").fetchone()[0] >= len(ids), timeout=30)
+    finally:
+        worker.stop()
+        thread.join(30)
+    per_job = dict(effects.execute("SELECT job_id, count(*) FROM effects GROUP BY job_id").fetchall())
+    assert per_job == {i: 1 for i in ids}

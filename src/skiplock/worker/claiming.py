@@ -77,6 +77,10 @@ class Claimer:
         self._plain_walk = 0.0  # seconds the last plain claim that found nothing took
         self._took: dict[int, float] = {}  # per slot: seconds its last claim statement(s) took
         self.limits: dict[int, int] = {}  # per slot: how many jobs its last claim could take (BatchPolicy.share)
+        # per slot: its last claim found every job available to the worker (a plain claim that came
+        # back short, with no flow claim in play: Worker._drained)
+        self.found_all: dict[int, bool] = {}
+        self._short: dict[int, bool] = {}  # per slot: its last plain claim came back short
 
     def claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
               index: int) -> tuple[list[Any], bool]:
@@ -85,8 +89,11 @@ class Claimer:
         When flow-controlled jobs may be waiting (worker/flow.py), each slot alternates which claim
         it tries first, the flow claim (one job) or the plain one, and tries the other if it finds none."""
         flow = self.w.flow
+        self.found_all[index] = False
         if flow is None or not flow.active():
-            return self._plain_claim(lease, size, executor, index)
+            claimed, turn = self._plain_claim(lease, size, executor, index)
+            self.found_all[index] = self._short.get(index, False)
+            return claimed, turn
         plain = self.w._claim_tasks is None or bool(self.w._claim_tasks)
         first = self._flow_first[index] = not self._flow_first.get(index, False)
         now = time.monotonic()
@@ -202,6 +209,7 @@ class Claimer:
                      index: int) -> tuple[list[Any], bool]:
         """The plain claim (no flow control): up to ``size`` jobs of the unlimited tasks."""
         limit, turn = self._take_turn(size, index)
+        self._short[index] = False
         if limit == 0:
             return [], False
         try:
@@ -214,6 +222,8 @@ class Claimer:
                 lease.let_go()
                 lease.begin()
                 claimed = self.w.app.backend.claim(lease, self.w.queues, 1, tasks=self.w._claim_tasks)
+            else:
+                self._short[index] = len(claimed) < limit  # it found every available job
         except BaseException:
             if turn:
                 self.w.batching.give_turn(index)

@@ -12,6 +12,7 @@ outage (and one INFO when it is back), not one per slot and retry.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import socket
@@ -118,8 +119,13 @@ class Worker:
         self.flow: FlowControl | None = None  # set by run(): the flow claim (worker/flow.py)
         self.listen = listen
         self.listener: Listener | None = None
-        self._wake_up = threading.Lock()  # guards _wakes and _sleepers
-        self._wakes = 0  # unserved wake-ups so far: a slot that was busy when one came does not then sleep
+        self._wake_up = threading.Lock()  # guards _wakes, _unserved, _sleepers and _found_all_at
+        self._wakes = 0  # wake-ups of every slot so far: a slot that was busy when one came does not then sleep
+        # a wake-up of single slots found none sleeping, and no claim has begun since: the next slot
+        # that would go to sleep claims instead (see wake())
+        self._unserved = False
+        self._claims = itertools.count(1)  # numbers the claims in the order they begin
+        self._found_all_at = 0  # the number of the latest-begun claim that found every available job
         # Slots waiting in _idle and not yet woken, each by its own event, the most recently idle last:
         # wake-ups take them from the end (see wake()).
         self._sleepers: list[threading.Event] = []
@@ -142,8 +148,12 @@ class Worker:
         came back full wakes two more (``_slot``), so a burst of n jobs reaches n slots in about
         log2(n) claim round trips, not n one after another, while a single job does not send every
         idle slot to the database for nothing. A wake-up that finds fewer slots sleeping than it
-        asks for is *unserved* (``_wakes`` counts those): the slots busy meanwhile claim again
-        before they sleep (``_idle``), so it is never lost.
+        asks for is *unserved* (``_unserved``) until a claim begins -- that claim's snapshot is taken
+        after the wake-up, so it sees the job that sent it --, and the next slot that would go to
+        sleep meanwhile claims instead (``_idle``): none is lost. (It used to send every slot busy
+        meanwhile claiming again, and all but one of those claims found nothing: with 1 ms jobs
+        offered at half the capacity, a sixth of all claims; docs/benchmarks.md, "Session 22".) A
+        wake-up of every slot (``every``) still makes every slot claim again before it sleeps.
 
         Last in, first out: the slots that went idle most recently are woken first, so a light load
         is served by the same few slots and sessions, whose prepared statements keep their plans,
@@ -154,13 +164,14 @@ class Worker:
         at more than half of its runs."""
         with self._wake_up:
             sleepers = self._sleepers
-            if every or len(sleepers) < slots:
-                self._wakes += 1
             if every:
+                self._wakes += 1
                 woken, self._sleepers = sleepers, []
             else:
                 cut = max(0, len(sleepers) - slots)
                 woken, self._sleepers = sleepers[cut:], sleepers[:cut]
+                if len(woken) < slots:
+                    self._unserved = True
             for event in woken:  # under the lock: a slot whose wait timed out sees it set or listed
                 event.set()
 
@@ -170,11 +181,12 @@ class Worker:
         return len(self._sleepers)
 
     def _idle(self, since: int, timeout: float | None = None) -> None:
-        """Wait for a wake-up or ``poll_interval`` -- unless an unserved one came since ``since`` (the
-        count when this slot began its last claim): a NOTIFY that arrived while the slot was busy
-        found nobody waiting for it, and its job may have committed after the claim's snapshot, so the
-        slot claims again at once instead of sleeping through it. A wake-up some sleeping slot took
-        is that slot's to serve: the others need not claim for it.
+        """Wait for a wake-up or ``poll_interval`` -- unless a wake-up of every slot came since
+        ``since`` (the count when this slot began its last claim), or a wake-up is unserved (see
+        wake()): this slot claims at once instead of sleeping through it (a NOTIFY that arrived while
+        every slot was busy found nobody waiting for it, and its job may have committed after their
+        claims' snapshots). A wake-up some sleeping slot took is that slot's to serve, and an
+        unserved one the next claim's: the others need not claim for it.
 
         While NOTIFYs reach the process (its listener is up), one sleeping slot polls: the one that
         went idle last (its session is the warmest). The others sleep on until woken, or until they
@@ -186,6 +198,9 @@ class Worker:
         event = threading.Event()
         with self._wake_up:
             if self._stopping.is_set() or self._wakes != since:
+                return
+            if self._unserved:
+                self._unserved = False  # this slot's claim serves it (see _claim_begins)
                 return
             self._sleepers.append(event)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -200,6 +215,36 @@ class Worker:
                         or not self._listening() or self._sleepers[-1] is event):
                     self._sleepers.remove(event)
                     return
+
+    def _claim_begins(self) -> int:
+        """A slot is about to claim: its number (claims are numbered in the order they begin). The
+        claim serves an unserved wake-up (see wake()): its snapshot is taken after it."""
+        if self._unserved:
+            with self._wake_up:
+                self._unserved = False
+        return next(self._claims)
+
+    def _found_all(self, number: int) -> None:
+        """Claim ``number`` found every job available to this worker (it came back short)."""
+        with self._wake_up:
+            self._found_all_at = max(self._found_all_at, number)
+
+    def _drained(self, number: int, wakes: int, claimed: int, limit: int) -> bool:
+        """After claim ``number`` (begun at wake-up count ``wakes``) took ``claimed`` of ``limit`` jobs
+        and ran them all: nothing is left to claim but what a wake-up will announce, so the slot
+        sleeps until one (``_idle``, which returns at once for a wake-up it must not sleep through)
+        instead of claiming again. True when the claim came back short, or when a claim that began
+        after it found every available job -- the slot whose claim came back full used to claim again
+        after its batch, and with the rest of a burst taken by the slots it woke, that claim found
+        nothing: with 1 ms jobs offered at half the capacity, a quarter of all claims (docs/benchmarks.md,
+        "Session 22"). Jobs no NOTIFY announces (a ``run_at`` that came, a lease that rolled back) are
+        the polling slot's (``_idle``). Only while NOTIFYs reach the process: without a listener a slot
+        claims again, polling is all it has."""
+        if not self._listening():
+            return False
+        if claimed < limit and self._wakes == wakes:
+            return True
+        return self._found_all_at > number
 
     def _listening(self) -> bool:
         """NOTIFYs reach this worker now (its listener's session is up)."""
@@ -417,7 +462,7 @@ class Worker:
                             lease = backend.connect_lease(f"skiplock-worker {slot_name}")
                             self._leases[index] = lease
                         began = time.perf_counter()
-                        wakes = self._wakes
+                        wakes, number = self._wakes, self._claim_begins()
                         if not alone:
                             gate.wait_open(self._stopping)  # no claim while a suspect runs alone, or waits to
                             if self._stopping.is_set():
@@ -483,8 +528,9 @@ class Worker:
                         # (with no listener it claims again: polling is all it has).
                         # (A batch that released jobs at its COMMIT -- out of time, stopping, a suspect
                         # let go -- sent no NOTIFY for them: it claims again.)
-                        drained = (bool(claimed) and ran_all and self._wakes == wakes and self._listening()
-                                   and len(claimed) < limit)
+                        if self.claimer.found_all.get(index):
+                            self._found_all(number)
+                        drained = bool(claimed) and ran_all and self._drained(number, wakes, len(claimed), limit)
                         keep = bool(claimed) and not drained
                     finally:
                         # A slot that keeps finding work keeps its permit from one lease to the next, so
