@@ -13,6 +13,25 @@ rows already done: about 25 % slower at 20,000 rows on the reference machine). E
 
 There are 10 % more rows than transactions, so every transaction finds a row, and the run checks
 afterwards that exactly the expected number of rows is done.
+
+The batched ceiling: the same protocol with ``BATCH_ROWS`` (50) rows per transaction, on the same
+table and clients -- a claim of 50 and one UPDATE of their ids, the shape of skiplock's batches (one
+claim statement, one finishing write over an array of ids):
+
+    BEGIN;
+    SELECT array_agg(id) AS ids FROM (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id
+                                      LIMIT 50 FOR UPDATE SKIP LOCKED) c;
+    UPDATE jobs SET state = 'done' WHERE id = ANY(:ids);
+    COMMIT;
+
+Its rows per second are what a worker that batches could reach with nothing but the protocol: the
+drain's second reference (a goal of at least half of it). It is run with 1, 4 and 16 clients
+(``BATCHED_CLIENTS``) and the best is the ceiling: with 50 rows locked per transaction, every other
+client's claim steps over them all, so more clients are not always faster (measured here: 44,000 /
+57,000 / 47,000 rows/s with 1 / 4 / 16 clients). Each run claims ``Sizes.batched_rows`` rows (100,000:
+runs of 20,000 rows lasted under half a second and moved by 2 x from one to the next); each client
+runs the same number of transactions and every transaction must find 50 rows (there are 10 % more),
+checked afterwards.
 """
 
 from __future__ import annotations
@@ -28,11 +47,21 @@ from .common import Child, Context, DbCounters, Figure, checkpoint, fresh_db, on
 
 CLIENTS = 16
 THREADS = 2
+BATCH_ROWS = 50  # rows per transaction of the batched ceiling
+BATCHED_CLIENTS = (1, 4, 16)  # the ceiling is the best of these
 
 CLAIM_SCRIPT = """\
 BEGIN;
 SELECT id FROM jobs WHERE state = 'queued' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED \\gset
 UPDATE jobs SET state = 'done' WHERE id = :id;
+COMMIT;
+"""
+
+
+BATCHED_SCRIPT = f"""\
+BEGIN;
+SELECT array_agg(id) AS ids FROM (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id LIMIT {BATCH_ROWS} FOR UPDATE SKIP LOCKED) c \\gset
+UPDATE jobs SET state = 'done' WHERE id = ANY(:ids::bigint[]);
 COMMIT;
 """
 
@@ -66,11 +95,13 @@ def run_pgbench(ctx: Context, dsn: str, script: str, args: Sequence[str], timeou
     }
 
 
-def claim_run(ctx: Context, label: str, tx_total: int) -> tuple[int, int, dict[str, Any], dict[str, Any], int]:
-    """One pgbench run of the claim protocol in a fresh database: (tx, rows, pgbench result, counters, done)."""
-    per_client = max(1, tx_total // CLIENTS)
-    tx = per_client * CLIENTS
-    rows = tx + tx // 10
+def claim_run(ctx: Context, label: str, tx_total: int, batch: int = 1,
+              clients: int = CLIENTS) -> tuple[int, int, dict[str, Any], dict[str, Any], int]:
+    """One pgbench run of the claim protocol in a fresh database, ``batch`` rows per transaction (1 or
+    BATCH_ROWS), by ``clients`` clients: (tx, rows, pgbench result, counters, rows done)."""
+    per_client = max(1, tx_total // clients)
+    tx = per_client * clients
+    rows = (tx + tx // 10) * batch
     with fresh_db(ctx.server, label, migrate=False) as dsn:
         with psycopg.connect(dsn, autocommit=True) as c:
             c.execute("CREATE TABLE jobs (id bigint PRIMARY KEY, state text NOT NULL) WITH (fillfactor = 90, "
@@ -81,7 +112,9 @@ def claim_run(ctx: Context, label: str, tx_total: int) -> tuple[int, int, dict[s
         checkpoint(dsn)
         cpu = ctx.cpu()
         before = DbCounters.read(dsn, cpu)
-        result = run_pgbench(ctx, dsn, CLAIM_SCRIPT, ["-c", str(CLIENTS), "-j", str(THREADS), "-t", str(per_client)])
+        script = CLAIM_SCRIPT if batch == 1 else BATCHED_SCRIPT
+        result = run_pgbench(ctx, dsn, script, ["-c", str(clients), "-j", str(min(THREADS, clients)),
+                                                "-t", str(per_client)])
         settle(dsn)
         after = DbCounters.read(dsn, cpu)
         with psycopg.connect(dsn) as c:
@@ -114,10 +147,42 @@ def run(ctx: Context, label: str = "baseline") -> list[Figure]:
             ctx.refs[key] = sum(values) / len(values)
     ctx.log(f"pgbench: {tps:,.0f} tps")
     s = "baseline" if label == "baseline" else "baseline (end)"
-    return [
+    batched = []
+    if label == "baseline":  # the batched ceiling once per run (the drain's second reference)
+        batched = batched_run(ctx)
+    return batched + [
         Figure(s, f"pgbench claim protocol TPS ({CLIENTS} clients, -M prepared)", tps, "tx/s",
                note="the reference for drain and many-workers ratios (mean of the runs when measured twice)"),
         Figure(s, "pgbench server CPU per transaction", per_job_us(delta["server_cpu_s"], tx), "µs/tx"),
         Figure(s, "pgbench client CPU per transaction", per_job_us(result["client_cpu_s"], tx), "µs/tx"),
         Figure(s, "pgbench WAL per transaction", delta["wal_bytes"] / tx, "bytes/tx"),
     ]
+
+
+def batched_run(ctx: Context) -> list[Figure]:
+    """The batched ceiling (module docstring): BATCH_ROWS rows per transaction, ``Sizes.batched_rows``
+    rows per run, the best of BATCHED_CLIENTS. Sets ``baseline.batched_rows_per_s``."""
+    runs: dict[int, dict[str, Any]] = {}
+    for clients in BATCHED_CLIENTS:
+        tx_total = max(clients, ctx.sizes.batched_rows // BATCH_ROWS)
+        ctx.log(f"pgbench: {tx_total * BATCH_ROWS:,} rows claimed {BATCH_ROWS} per transaction, {clients} client(s)")
+        tx, rows, result, delta, done = claim_run(ctx, f"baseline_batched_{clients}", tx_total, batch=BATCH_ROWS,
+                                                  clients=clients)
+        if done != tx * BATCH_ROWS or result["failed"] or result["processed"] != tx:
+            raise RuntimeError(f"pgbench batched baseline: {done} rows done, {result['processed']} processed, "
+                               f"{result['failed']} failed; expected {tx} transactions of {BATCH_ROWS}")
+        runs[clients] = {"transactions": tx, "rows": rows, "rows_per_s": float(result["tps"]) * BATCH_ROWS,
+                         "server_cpu_us_per_row": per_job_us(delta["server_cpu_s"], tx * BATCH_ROWS),
+                         "wal_bytes_per_row": delta["wal_bytes"] / (tx * BATCH_ROWS), "pgbench": result}
+    best = max(runs, key=lambda c: runs[c]["rows_per_s"])
+    ctx.raw["baseline_batched"] = {"rows_per_transaction": BATCH_ROWS, "best_clients": best, "runs": runs}
+    ctx.refs["baseline.batched_rows_per_s"] = runs[best]["rows_per_s"]
+    ctx.log(f"pgbench: {runs[best]['rows_per_s']:,.0f} rows/s in transactions of {BATCH_ROWS} ({best} client(s))")
+    return [Figure("baseline", f"pgbench claim protocol, {BATCH_ROWS} rows per transaction (best of "
+                               f"{', '.join(map(str, BATCHED_CLIENTS))} clients: {best})",
+                   runs[best]["rows_per_s"], "rows/s", note="the batched ceiling: the drain's second reference",
+                   details={str(c): round(r["rows_per_s"]) for c, r in runs.items()}),
+            Figure("baseline", f"pgbench server CPU per row, {BATCH_ROWS} per transaction ({best} client(s))",
+                   runs[best]["server_cpu_us_per_row"], "µs/row"),
+            Figure("baseline", f"pgbench WAL per row, {BATCH_ROWS} per transaction ({best} client(s))",
+                   runs[best]["wal_bytes_per_row"], "bytes/row")]

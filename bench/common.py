@@ -542,6 +542,7 @@ class Sizes:
     """How much work each scenario does; ``QUICK`` is a smoke run, ``FULL`` the issue's figures."""
 
     baseline_tx: int = 20_000          # pgbench transactions (rows claimed), 16 clients
+    batched_rows: int = 100_000        # pgbench's batched ceiling: rows claimed per client count (bench/baseline.py)
     drain_jobs: int = 20_000
     latency_rate: float = 200.0        # jobs per second, one at a time
     latency_seconds: float = 10.0
@@ -564,7 +565,7 @@ class Sizes:
 
 
 FULL = Sizes()
-QUICK = Sizes(baseline_tx=4_000, drain_jobs=4_000, latency_seconds=2.0, latency_idle_seconds=1.0,
+QUICK = Sizes(baseline_tx=4_000, batched_rows=20_000, drain_jobs=4_000, latency_seconds=2.0, latency_idle_seconds=1.0,
               enqueue_many=20_000, enqueue_single=300, insert_pgbench_seconds=1.0, backlog_large=100_000,
               backlog_claims=2_000, backlog_warmup=200, backlog_max_seconds=6.0, many_jobs=4_000,
               outage_seconds=(2.0, 5.0), load_capacity_jobs=3_000, load_seconds=3.0, load_warmup_seconds=0.5)
