@@ -35,13 +35,17 @@ class Capabilities:
       slot of the process claims while it commits (docs/batches.md, "Turns"). PostgreSQL: yes. MySQL
       and MariaDB: no -- there the next batch's ``start_batch`` found jobs of a batch still
       committing listed as suspects (tests/mysql/test_mysql_worker.py, about half the runs), so a
-      batch keeps its turn until its COMMIT returns, as before."""
+      batch keeps its turn until its COMMIT returns, as before;
+    - ``claimable_queues``: the verb of :class:`QueueViewBackend`, and a claim of a few named queues
+      that walks only their own jobs: a worker of every queue then names the queues that have jobs
+      while one is paused (worker/queue_view.py). PostgreSQL: yes."""
 
     batched_claims: bool = True
     listen_notify: bool = True
     server_bounds_lease: bool = True
     flow_control: bool = False
     claim_while_committing: bool = False
+    claimable_queues: bool = False
 
 
 class Session(Protocol):
@@ -352,6 +356,16 @@ class FlowKey(NamedTuple):
     slot: int | None
     slots_existing: int | None
     every: float | None
+
+
+class QueueViewBackend(Protocol):
+    """``Capabilities.claimable_queues`` (worker/queue_view.py)."""
+
+    def claimable_queues(self, conn: Any, most: int) -> tuple[list[str], list[str]]:
+        """In the lease's transaction: (the paused queues, the queues with queued jobs -- read only
+        when some queue is paused, else empty; at most ``most`` + 1 of them, paused ones included),
+        each in name order."""
+        ...
 
 
 class FlowBackend(Protocol):

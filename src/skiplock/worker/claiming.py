@@ -214,14 +214,23 @@ class Claimer:
             return [], False
         try:
             lease.begin()
+            queues, view = self.w.queues, self.w.queue_view
+            named = None if view is None else view.queues(lease)  # while a queue is paused (queue_view.py)
             claimed = self._traced(index, "skiplock claim", lambda: self.w.app.backend.claim(
-                lease, self.w.queues, limit, tasks=self.w._claim_tasks))
+                lease, named or queues, limit, tasks=self.w._claim_tasks))
+            if not claimed and named is not None:
+                # a queue that got jobs since the view was read (or was resumed): read it again, and
+                # claim again if it names other queues now
+                again = view.reread(lease) if view is not None else None
+                if again != named:
+                    named = again
+                    claimed = self.w.app.backend.claim(lease, named or queues, limit, tasks=self.w._claim_tasks)
             if len(claimed) > 1 and executor.alone(claimed[0].task):
                 # A job that runs alone came first: let the others go at once, take one.
                 size.alone()
                 lease.let_go()
                 lease.begin()
-                claimed = self.w.app.backend.claim(lease, self.w.queues, 1, tasks=self.w._claim_tasks)
+                claimed = self.w.app.backend.claim(lease, named or queues, 1, tasks=self.w._claim_tasks)
             else:
                 self._short[index] = len(claimed) < limit  # it found every available job
         except BaseException:

@@ -18,7 +18,7 @@ import os
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 from ..values import MAX_QUEUE_CHARS, check_text
 from ..errors import ConfigurationError, ConnectionLost, DatabaseError, DatabaseUnavailable
@@ -34,6 +34,7 @@ from .completer import CancelledWhileRunning
 from .executor import Executor
 from .gate import RunAlone
 from .flow import FlowControl
+from .queue_view import MOST_NAMED, QueueView
 from .governor import Governor, Permit
 from .heartbeat import Heartbeat
 from .listener import Listener
@@ -44,7 +45,7 @@ from .watchdog import Watchdog
 
 if TYPE_CHECKING:
     from ..app import App
-    from ..backend.base import Backend, Lease
+    from ..backend.base import Backend, Lease, QueueViewBackend
 
 log = logging.getLogger("skiplock.worker")
 
@@ -140,6 +141,8 @@ class Worker:
         self._signals = Escalation(self._graceful, lambda name: self.stop(abort=True))
         self.governor = Governor(concurrency, adaptive=bool(adaptive_limit))
         self.claimer = Claimer(self)  # claiming.py: which claim, how many jobs
+        # a worker of every queue: the queues its claims name while one is paused (queue_view.py; set by run())
+        self.queue_view: QueueView | None = None
 
     # ---- control -------------------------------------------------------------------------------
 
@@ -300,6 +303,9 @@ class Worker:
         self._stop_when_empty = stop_when_empty
         # Flow-controlled tasks (limits in code) are claimed by the flow claim only (worker/flow.py).
         self.flow = FlowControl(self.app, self.queues, self.fail_unknown_tasks)
+        backend = self.app.backend
+        if self.queues is None and backend.capabilities.claimable_queues:
+            self.queue_view = QueueView(cast("QueueViewBackend", backend).claimable_queues, MOST_NAMED)
         presence = Presence(self.app.backend, self.name, list(self.app.tasks), self.queues, concurrency=self.concurrency,
                             on_live=self._live_processes)
         self.services.append(presence)

@@ -50,7 +50,7 @@ class PostgresConnections:
     # ``capabilities=Capabilities(server_bounds_lease=False)`` opens its leases without the
     # server-side timeouts (then the worker's watchdog bounds them: tests of that opt-out).
     capabilities = Capabilities(batched_claims=True, listen_notify=True, server_bounds_lease=True, flow_control=True,
-                                claim_while_committing=True)
+                                claim_while_committing=True, claimable_queues=True)
 
     def __init__(self, dsn: str, schema: str = "skiplock", *, lease_timeout: float = 600.0, pool_size: int = 8,
                  connect_timeout: float = DEFAULT_CONNECT_TIMEOUT, capabilities: Capabilities | None = None,

@@ -67,6 +67,13 @@ class Leasing(PostgresConnections):
         return [ClaimedJob(*row) for row in cur.fetchall()]
 
     @_on_session
+    def claimable_queues(self, conn: psycopg.Connection[Any], most: int) -> tuple[list[str], list[str]]:
+        """(paused queues, queues with queued jobs -- only while some queue is paused; at most
+        ``most`` + 1), in the lease's transaction (``claimable_queues`` in queries.sql)."""
+        paused, queued = conn.execute(self.q["claimable_queues"], {"most": most}).fetchone() or ([], [])
+        return list(paused), list(queued)
+
+    @_on_session
     def start_attempt(self, conn: psycopg.Connection[Any], job: ClaimedJob, worker: str,
                       lease_pid: int | None, exclusive: bool = True,
                       batch: int | None = None) -> tuple[int, str | None, str | None, bool]:

@@ -822,6 +822,21 @@ DELETE FROM {schema}.paused_queues WHERE queue = %(queue)s RETURNING queue;
 -- name: paused_queues
 SELECT queue FROM {schema}.paused_queues ORDER BY queue;
 
+-- name: claimable_queues
+-- For a worker of every queue (worker/queue_view.py): the paused queues, and -- only when there are
+-- any -- the queues with queued jobs, paused ones included, in name order: a loose index scan of
+-- jobs_claim_idx (its leading column is the queue), one descent per queue, whatever their backlogs;
+-- at most %(most)s + 1 names (more than %(most)s: the caller claims every queue as before).
+WITH RECURSIVE paused AS MATERIALIZED (SELECT queue FROM {schema}.paused_queues),
+queued(queue, n) AS (
+  SELECT (SELECT min(j.queue) FROM {schema}.jobs j WHERE j.state = 'queued'), 1
+   WHERE EXISTS (SELECT FROM paused)
+  UNION ALL
+  SELECT (SELECT min(j.queue) FROM {schema}.jobs j WHERE j.state = 'queued' AND j.queue > q.queue), q.n + 1
+    FROM queued q WHERE q.queue IS NOT NULL AND q.n <= %(most)s)
+SELECT ARRAY(SELECT queue FROM paused ORDER BY queue),
+       ARRAY(SELECT queue FROM queued WHERE queue IS NOT NULL ORDER BY queue);
+
 -- name: add_waiter
 INSERT INTO {schema}.job_waiters (job_id) VALUES (%(id)s) ON CONFLICT (job_id) DO NOTHING;
 
