@@ -426,3 +426,46 @@ def test_the_asyncio_worker_says_once_when_the_schema_changes_under_it(dsn, db, 
     warnings = [r.getMessage() for r in caplog.records if "schema changed while this worker runs" in r.getMessage()]
     assert len(warnings) == 1 and "version 999" in warnings[0], warnings
     aapp.app.close()
+
+
+def test_a_worker_of_every_queue_names_the_unpaused_queues_while_one_is_paused(dsn, db):
+    """As the sync worker (tests/integration/test_paused_queue_view.py): its claims name the queues
+    with jobs, never walking the paused backlog, and nothing paused runs; then the queue is resumed."""
+    from skiplock.worker.aio_worker import AsyncWorker
+
+    aapp = skiplock.AsyncApp(dsn)
+
+    @aapp.task(name="noop")
+    async def noop(job):
+        return None
+
+    app = aapp.app
+    app.migrate()
+    held = app.enqueue_many([("noop", {}, {"queue": "other"})] * 200)
+    app.pause_queue("other")
+    ids = app.enqueue_many([("noop", {})] * 30) + app.enqueue_many([("noop", {}, {"queue": "x"})] * 30)
+    backend = app._ready()
+    opener, seen = backend.async_leasing, []
+
+    def recording(*args, **kwargs):  # the queues every claim of the worker's leasing names
+        leasing = opener(*args, **kwargs)
+        claim = leasing.claim
+
+        async def counted(conn, queues, names, limit):
+            seen.append(None if queues is None else list(queues))
+            return await claim(conn, queues, names, limit)
+        leasing.claim = counted
+        return leasing
+    backend.async_leasing = recording
+    worker = AsyncWorker(app, concurrency=4, max_connections=4)
+    stats = _run(worker.run(stop_when_empty=True))
+    del backend.async_leasing
+    assert stats.done == 60
+    assert {app.get_job(i).state for i in ids} == {"done"}
+    assert {app.get_job(i).state for i in held} == {"queued"}
+    assert worker.queue_view is not None and worker.queue_view.reads >= 1
+    assert seen[0] == ["default", "x"], seen  # the first claim: the queues with jobs, not every queue
+    app.resume_queue("other")
+    stats = _run(AsyncWorker(app, concurrency=4, max_connections=4).run(stop_when_empty=True))
+    assert stats.done == 200
+    app.close()

@@ -81,7 +81,7 @@ class ClaimedLeaseRuns:
         leasing, tasks = self.w.leasing, self.w.app.tasks
         async with leasing.lease() as conn:
             try:
-                batch = await leasing.claim(conn, self.w.queues, names, limit)
+                batch = await self.w.claim(conn, names, limit)
                 if not batch:
                     await leasing.rollback(conn)
                     return []

@@ -82,7 +82,7 @@ class TransactionLeaseRuns:
         leasing = self.w.leasing
         async with leasing.lease() as conn:
             try:
-                batch = await leasing.claim(conn, self.w.queues, names, 1)
+                batch = await self.w.claim(conn, names, 1)
                 if not batch:
                     await leasing.rollback(conn)
                     return False

@@ -55,6 +55,7 @@ from .aio_txn import TransactionLeaseRuns
 from .flow import REFRESH_SECONDS
 from .gate import AsyncRunGate
 from .presence import SEEN_INTERVAL
+from .queue_view import QueueView
 from .schema_watch import SCHEMA_CHECK_INTERVAL, SchemaCheck, check_interval
 from .stats import WorkerStats
 
@@ -95,11 +96,30 @@ class AsyncWorker:
         self.leasing: Any = None
         self.gate = AsyncRunGate()
         self.claimed = ClaimedLeaseRuns(self)  # aio_claimed.py
+        # a worker of every queue: the queues its claims name while one is paused (queue_view.py)
+        self.queue_view = QueueView() if self.queues is None else None
         self.transaction = TransactionLeaseRuns(self)  # aio_txn.py
 
     def stop(self) -> None:
         """Stop claiming; the jobs in flight finish (``run`` returns once they have)."""
         self._stopping.set()
+
+    async def claim(self, conn: Any, names: Sequence[str], limit: int) -> list[Any]:
+        """Up to ``limit`` jobs of the tasks ``names`` in ``conn``'s transaction: of this worker's
+        queues -- for a worker of every queue, the queues its view names while one is paused, read
+        again after such a claim came back empty (worker/queue_view.py, as the sync worker's claims)."""
+        leasing, view = self.leasing, self.queue_view
+        if view is None:
+            return list(await leasing.claim(conn, self.queues, names, limit))
+        if view.take_read():
+            view.update(*await leasing.claimable_queues(conn, view.most))
+        named = view.named
+        batch = await leasing.claim(conn, named, names, limit)
+        if not batch and named is not None:
+            again = view.update(*await leasing.claimable_queues(conn, view.most))
+            if again != named:
+                batch = await leasing.claim(conn, again, names, limit)
+        return list(batch)
 
     async def run(self, stop_when_empty: bool = False) -> WorkerStats:
         app = self.app

@@ -27,14 +27,15 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from .batching import ClaimSize
 from .executor import Executor
 from .flow import FlowControl
+from .queue_view import QueueView
 
 if TYPE_CHECKING:
-    from ..backend.base import Lease
+    from ..backend.base import Lease, QueueViewBackend
     from .loop import Worker
 
 log = logging.getLogger("skiplock.worker")
@@ -174,6 +175,10 @@ class Claimer:
             turn = False
         return claimed, turn
 
+    def _read_view(self, lease: "Lease", view: QueueView) -> tuple[list[str], list[str]]:
+        """``claimable_queues`` on the slot's lease (worker/queue_view.py)."""
+        return cast("QueueViewBackend", self.w.app.backend).claimable_queues(lease, view.most)
+
     def _traced(self, index: int, span_name: str, claim: Callable[[], list[Any]]) -> list[Any]:
         """``claim()``, inside its span when tracing is on (observability/tracing.py): the jobs
         claimed are its attribute. How long it took is the slot's ``_took`` (see WALK_SHARE)."""
@@ -215,13 +220,17 @@ class Claimer:
         try:
             lease.begin()
             queues, view = self.w.queues, self.w.queue_view
-            named = None if view is None else view.queues(lease)  # while a queue is paused (queue_view.py)
+            named = None
+            if view is not None:  # a worker of every queue: the queues to name while one is paused
+                if view.take_read():
+                    view.update(*self._read_view(lease, view))
+                named = view.named
             claimed = self._traced(index, "skiplock claim", lambda: self.w.app.backend.claim(
                 lease, named or queues, limit, tasks=self.w._claim_tasks))
-            if not claimed and named is not None:
+            if not claimed and named is not None and view is not None:
                 # a queue that got jobs since the view was read (or was resumed): read it again, and
                 # claim again if it names other queues now
-                again = view.reread(lease) if view is not None else None
+                again = view.update(*self._read_view(lease, view))
                 if again != named:
                     named = again
                     claimed = self.w.app.backend.claim(lease, named or queues, limit, tasks=self.w._claim_tasks)

@@ -18,7 +18,7 @@ import os
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..values import MAX_QUEUE_CHARS, check_text
 from ..errors import ConfigurationError, ConnectionLost, DatabaseError, DatabaseUnavailable
@@ -45,7 +45,7 @@ from .watchdog import Watchdog
 
 if TYPE_CHECKING:
     from ..app import App
-    from ..backend.base import Backend, Lease, QueueViewBackend
+    from ..backend.base import Backend, Lease
 
 log = logging.getLogger("skiplock.worker")
 
@@ -305,7 +305,7 @@ class Worker:
         self.flow = FlowControl(self.app, self.queues, self.fail_unknown_tasks)
         backend = self.app.backend
         if self.queues is None and backend.capabilities.claimable_queues:
-            self.queue_view = QueueView(cast("QueueViewBackend", backend).claimable_queues, MOST_NAMED)
+            self.queue_view = QueueView(MOST_NAMED)
         presence = Presence(self.app.backend, self.name, list(self.app.tasks), self.queues, concurrency=self.concurrency,
                             on_live=self._live_processes)
         self.services.append(presence)

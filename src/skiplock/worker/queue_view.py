@@ -23,15 +23,14 @@ slot claims again with them, in the same transaction. What that means:
 - with nothing paused, or more than ``MERGED_QUEUES_MAX`` queues with jobs, or only paused queues
   with jobs, the claim of every queue, as before (one read per ``REFRESH_SECONDS`` to know it).
 
-Only on a backend with ``Capabilities.claimable_queues`` (PostgreSQL); the asyncio worker does not
-use it yet.
+Only on a backend with ``Capabilities.claimable_queues`` (PostgreSQL); the sync worker
+(worker/claiming.py) and the asyncio worker (worker/aio_worker.py) alike.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from typing import Any, Callable
+from typing import Callable, Sequence
 
 REFRESH_SECONDS = 1.0
 # The most queues a claim names: the claim of named queues merges each queue's walk up to this many
@@ -41,45 +40,38 @@ MOST_NAMED = 16
 
 
 class QueueView:
-    """The queues to name in a worker's claims (None: every queue), read through ``read`` --
-    ``backend.claimable_queues`` -- on the claiming slot's lease."""
+    """The queues to name in a worker's claims (``named``; None: every queue). Sans I/O: the worker
+    reads ``claimable_queues`` on the claiming slot's lease when ``take_read`` says so (and after an
+    empty claim of named queues), and hands the result to ``update`` -- the sync and asyncio workers
+    the same way."""
 
-    def __init__(self, read: Callable[[Any, int], tuple[list[str], list[str]]], most: int,
-                 refresh: float | None = None, clock: Callable[[], float] = time.monotonic):
-        self._read = read
+    def __init__(self, most: int = MOST_NAMED, refresh: float | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.most = most
         self.refresh = REFRESH_SECONDS if refresh is None else refresh
         self._clock = clock
-        self._lock = threading.Lock()
-        self._named: list[str] | None = None
+        self.named: list[str] | None = None
         self._read_at: float | None = None
         self.reads = 0  # how often the view was read (tests, logs)
 
-    def queues(self, lease: Any) -> list[str] | None:
-        """The queues the next claim names, None for every queue. Reads the view on ``lease`` first
-        when it is older than ``refresh`` -- one slot at a time: another slot reading it meanwhile
-        does not wait, it claims with the view as it is."""
-        at = self._read_at
-        if (at is None or self._clock() - at >= self.refresh) and self._lock.acquire(blocking=False):
-            try:
-                self._update(lease)
-            finally:
-                self._lock.release()
-        return self._named
+    def take_read(self) -> bool:
+        """Whether the next claim reads the view first (it is older than ``refresh``). Taken: the
+        slots claiming meanwhile do not read it too, they claim with the view as it is (two slots
+        that ask at once may both read: harmless)."""
+        now, at = self._clock(), self._read_at
+        if at is not None and now - at < self.refresh:
+            return False
+        self._read_at = now
+        return True
 
-    def reread(self, lease: Any) -> list[str] | None:
-        """After a claim that named queues came back empty: read the view again, on ``lease``, and
-        return the queues to name now."""
-        with self._lock:
-            self._update(lease)
-        return self._named
-
-    def _update(self, lease: Any) -> None:
-        paused, queued = self._read(lease, self.most)
+    def update(self, paused: Sequence[str], queued: Sequence[str]) -> list[str] | None:
+        """A read of the view -- ``claimable_queues``: the paused queues, the queues with queued jobs
+        (at most ``most`` + 1) -- and the queues to name from now on."""
         self._read_at = self._clock()
         self.reads += 1
         held = set(paused)
         active = [q for q in queued if q not in held]
         # nothing paused; too many queues to name (the read stops past `most`); or nothing but paused
         # queues has jobs (naming none is no claim): every queue
-        self._named = active if paused and active and len(queued) <= self.most else None
+        self.named = active if paused and active and len(queued) <= self.most else None
+        return self.named

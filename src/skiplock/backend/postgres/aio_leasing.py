@@ -166,6 +166,11 @@ class AsyncLeasing:
         params.update(limit=limit, tasks=list(tasks))
         return [ClaimedJob(*row) for row in await self._on_text(conn, query, params, limit=limit)]
 
+    async def claimable_queues(self, conn: Any, most: int) -> tuple[list[str], list[str]]:
+        """``claimable_queues`` (queries.sql; worker/queue_view.py), in ``conn``'s transaction."""
+        rows = await self._on(conn, "claimable_queues", {"most": most})
+        return (list(rows[0][0]), list(rows[0][1])) if rows else ([], [])
+
     async def start_claimed_many(self, conn: Any, jobs: Sequence[tuple[ClaimedJob, uuid.UUID, float]],
                                  worker: str) -> list[tuple[int, str | None] | None]:
         """``start_claimed_many``: every job of the claim marked running in one statement, in the claim's
