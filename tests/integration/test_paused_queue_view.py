@@ -19,13 +19,14 @@ def noop(job) -> None:
 
 @pytest.fixture
 def named_claims(app):
-    """The ``queues`` argument of every claim the backend runs, in order."""
+    """(the ``queues`` argument, jobs claimed) of every claim the backend runs, in order."""
     seen: list = []
     claim = app.backend.claim
 
     def counted(conn, queues, *args, **kwargs):
-        seen.append(None if queues is None else list(queues))
-        return claim(conn, queues, *args, **kwargs)
+        got = claim(conn, queues, *args, **kwargs)
+        seen.append((None if queues is None else list(queues), len(got)))
+        return got
     app.backend.claim = counted
     return seen
 
@@ -67,8 +68,12 @@ def test_a_worker_of_every_queue_names_the_unpaused_queues_and_runs_nothing_paus
     assert stats.done == 100
     assert {app.get_job(i).state for i in ids} == {"done"}
     assert {q: n for q, s, n in app.counts() if q == "other"} == {"other": 300}
-    claims_with_jobs = [q for q in named_claims if q is not None]
-    assert claims_with_jobs and all(q == ["default", "x"] for q in claims_with_jobs), named_claims
+    named = [q for q, _ in named_claims if q is not None]
+    assert ["default", "x"] in named, named_claims
+    assert all(q and set(q) <= {"default", "x"} for q in named), named_claims  # never the paused queue
+    # every claim that found jobs named the queues, but for the slots' first ones, which may run before
+    # the first read of the view is done (one slot reads it; the other claims every queue meanwhile)
+    assert sum(1 for q, n in named_claims if q is None and n) <= 2, named_claims
     assert worker.queue_view is not None and worker.queue_view.reads >= 1
 
 
@@ -77,7 +82,7 @@ def test_with_nothing_paused_the_claim_is_of_every_queue(app, named_claims):
     app.enqueue_many([("noop", {})] * 20)
     app.enqueue_many([("noop", {}, {"queue": "x"})] * 20)
     assert app.worker(concurrency=2, handle_signals=False, maintenance=False).run(stop_when_empty=True).done == 40
-    assert named_claims and all(q is None for q in named_claims)
+    assert named_claims and all(q is None for q, _ in named_claims)
 
 
 def test_a_queue_that_gets_its_first_job_while_another_is_paused_is_claimed_at_once(app, monkeypatch):
