@@ -86,7 +86,8 @@ def test_finished_at_is_when_the_job_finished(dsn, effects, producer, spawn):
 
 def test_sigusr1_writes_every_threads_stack_and_the_worker_goes_on(dsn, effects, producer, spawn):
     db = effects
-    job_id = producer.enqueue("slow", {"seconds": 2})
+    # 6 s: a dump must catch the handler running, however slowly the loaded machine runs the signals
+    job_id = producer.enqueue("slow", {"seconds": 6})
     w = spawn.worker(dsn, concurrency=2)
     wait_for(lambda: list(in_flight(db, w)) == [job_id], 30, f"worker to start job {job_id}", on_timeout=w.output)
     # faulthandler's dump: one block per thread; the running handler's frame is in one of them. The
