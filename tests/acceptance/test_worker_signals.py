@@ -66,6 +66,11 @@ def test_second_signal_aborts_and_the_job_is_redone_exactly_once(dsn, effects, p
     assert effects_of(db, job_id) == []  # the handler's write rolled back with the lease
     assert scalar(db, "SELECT started FROM skiplock.job_attempts WHERE job_id = %s", [job_id]) == 1
 
+    # The aborted lease's session was terminated (waited for, up to 5 s): once it is gone, so is its
+    # row lock. A worker told to stop when empty stops at its first claim that finds nothing, so wait
+    # for that before starting it (seen once in CI: the second worker found nothing and left the job).
+    wait_for(lambda: db.execute("SELECT id FROM skiplock.jobs WHERE id = %s FOR UPDATE SKIP LOCKED",
+                                [job_id]).fetchall(), 30, "the aborted lease's lock to be released")
     again = spawn.worker(dsn, concurrency=1, stop_when_empty=True)
     assert again.wait(timeout=60) == 0, again.output()
     job = job_row(db, job_id)
