@@ -28,6 +28,12 @@ Each cell is P worker processes × S slots through the public CLI with its defau
    Both times come from this machine's system clock (the server runs here); a server on another
    machine needs a synchronised clock for these figures to mean anything.
 
+   Split at the claim: a done job's ``started_at`` is its claim transaction's start (``now()`` of the
+   lease that ran it), so insert → claim is ``started_at − created_at`` (the wake-up, the claim's
+   BEGIN, and any wait for a free slot) and claim → handler start is the rest (the claim and
+   ``start_batch`` round trips, and the wait behind the job's batch-mates). Jobs with the same
+   ``started_at`` came from one claim: their count is the claim's size.
+
 Also reported: completions per second in the window (against the offered rate), the backlog (queued
 and running jobs) at the end of the window, and every worker log line that reports a problem.
 """
@@ -155,13 +161,14 @@ def server_now(dsn: str) -> float:
 
 
 PICKUP_ROWS = ("SELECT id, extract(epoch FROM created_at)::float8, (result #>> '{}')::float8,"
-               "       extract(epoch FROM finished_at)::float8"
+               "       extract(epoch FROM finished_at)::float8, extract(epoch FROM started_at)::float8"
                "  FROM skiplock.jobs WHERE state = 'done' AND task = 'pickup'")
 
 
 def pickup_rows(conn: psycopg.Connection[Any], finished_from: float | None = None,
-                finished_before: float | None = None) -> list[tuple[int, float, float, float]]:
-    """(id, created_at, handler start, finished_at) of done pickup jobs, optionally those finished in
+                finished_before: float | None = None) -> list[tuple[int, float, float, float, float]]:
+    """(id, created_at, handler start, finished_at, started_at -- the claim transaction's start) of
+    done pickup jobs, optionally those finished in
     [from, before) -- an index range on ``jobs_finished_idx``."""
     if finished_from is None or finished_before is None:
         return [tuple(r) for r in conn.execute(PICKUP_ROWS).fetchall()]  # type: ignore[misc]
@@ -183,7 +190,7 @@ def call_of(job_id: int, firsts: list[int], ordered: list[tuple[int, int, float,
     return ordered[i]
 
 
-def latencies(rows: Sequence[tuple[int, float, float, float]], calls: Sequence[tuple[int, int, float, float]]
+def latencies(rows: Sequence[tuple[int, float, float, float, float]], calls: Sequence[tuple[int, int, float, float]]
               ) -> dict[str, Any]:
     """Pickup latency (handler start − created_at) of ``rows``, and the checks and bounds of the
     module docstring, from the producer's ``calls``."""
@@ -191,8 +198,14 @@ def latencies(rows: Sequence[tuple[int, float, float, float]], calls: Sequence[t
     from_insert: list[float] = []
     from_return: list[float] = []
     inside = unmatched = 0
-    for job_id, created, started, _finished in rows:
+    to_claim: list[float] = []
+    claim_to_handler: list[float] = []
+    claim_sizes: dict[float, int] = {}
+    for job_id, created, started, _finished, claimed in rows:
         from_insert.append(started - created)
+        to_claim.append(claimed - created)
+        claim_to_handler.append(started - claimed)
+        claim_sizes[claimed] = claim_sizes.get(claimed, 0) + 1
         c = call_of(job_id, firsts, ordered)
         if c is None:
             unmatched += 1
@@ -207,6 +220,11 @@ def latencies(rows: Sequence[tuple[int, float, float, float]], calls: Sequence[t
         "latency_ms": summary_ms(from_insert) if from_insert else None,
         "p95_ms": percentile(from_insert, 95) * 1000 if from_insert else None,
         "latency_from_enqueue_return_ms": summary_ms(from_return) if from_return else None,
+        "insert_to_claim_ms": summary_ms(to_claim) if to_claim else None,
+        "claim_to_handler_ms": summary_ms(claim_to_handler) if claim_to_handler else None,
+        "jobs_per_claim": {"p50": percentile(list(claim_sizes.values()), 50),
+                           "p90": percentile(list(claim_sizes.values()), 90),
+                           "mean": len(rows) / len(claim_sizes)} if claim_sizes else None,
         "created_at_inside_call_window": inside / matched if matched else None,
         "jobs_without_producer_call": unmatched,
     }
@@ -351,6 +369,13 @@ def run(ctx: Context) -> list[Figure]:
                    details={"from_enqueue_return_ms": r["latency_from_enqueue_return_ms"],
                             "created_at_inside_call_window": r["created_at_inside_call_window"],
                             "jobs_per_enqueue_call": r["jobs_per_call"]}),
+            Figure(s, "pickup split: insert → claim (the claim transaction's start), p50",
+                   (r["insert_to_claim_ms"] or {}).get("p50"), "ms", details={"insert_to_claim_ms": r["insert_to_claim_ms"]}),
+            Figure(s, "pickup split: claim → handler start (round trips, batch-mates ahead), p50",
+                   (r["claim_to_handler_ms"] or {}).get("p50"), "ms",
+                   details={"claim_to_handler_ms": r["claim_to_handler_ms"], "jobs_per_claim": r["jobs_per_claim"]}),
+            Figure(s, "jobs per claim, p50", (r["jobs_per_claim"] or {}).get("p50"), "jobs",
+                   details=r["jobs_per_claim"] or {}),
             Figure(s, "backlog at the end of the window (queued + running)",
                    r["backlog_at_end"]["queued"] + r["backlog_at_end"]["running"], "jobs"),
             Figure(s, "worker log lines reporting a problem", problems, "count", baseline_or_target=0, goal="== 0",
