@@ -213,6 +213,7 @@ def latencies(rows: Sequence[tuple[int, float, float, float, float]], calls: Seq
         from_return.append(started - c[3])
         inside += c[2] <= created <= c[3]
     matched = len(rows) - unmatched
+    sizes = list(claim_sizes.values())
     per_call = [c[1] - c[0] + 1 for c in ordered]
     return {
         "jobs_per_call": {"p50": percentile(per_call, 50), "p99": percentile(per_call, 99), "max": max(per_call)}
@@ -222,9 +223,8 @@ def latencies(rows: Sequence[tuple[int, float, float, float, float]], calls: Seq
         "latency_from_enqueue_return_ms": summary_ms(from_return) if from_return else None,
         "insert_to_claim_ms": summary_ms(to_claim) if to_claim else None,
         "claim_to_handler_ms": summary_ms(claim_to_handler) if claim_to_handler else None,
-        "jobs_per_claim": {"p50": percentile(list(claim_sizes.values()), 50),
-                           "p90": percentile(list(claim_sizes.values()), 90),
-                           "mean": len(rows) / len(claim_sizes)} if claim_sizes else None,
+        "jobs_per_claim": {"p50": percentile(sizes, 50), "p90": percentile(sizes, 90),
+                           "mean": len(rows) / len(sizes)} if sizes else None,
         "created_at_inside_call_window": inside / matched if matched else None,
         "jobs_without_producer_call": unmatched,
     }

@@ -110,16 +110,14 @@ class AsyncWorker:
         again after such a claim came back empty (worker/queue_view.py, as the sync worker's claims)."""
         leasing, view = self.leasing, self.queue_view
         if view is None:
-            return list(await leasing.claim(conn, self.queues, names, limit))
-        if view.take_read():
-            view.update(*await leasing.claimable_queues(conn, view.most))
-        named = view.named
+            return await leasing.claim(conn, self.queues, names, limit)
+        named = view.update(*await leasing.claimable_queues(conn, view.most)) if view.take_read() else view.named
         batch = await leasing.claim(conn, named, names, limit)
         if not batch and named is not None:
             again = view.update(*await leasing.claimable_queues(conn, view.most))
             if again != named:
                 batch = await leasing.claim(conn, again, names, limit)
-        return list(batch)
+        return batch
 
     async def run(self, stop_when_empty: bool = False) -> WorkerStats:
         app = self.app

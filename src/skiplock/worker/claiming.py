@@ -81,7 +81,6 @@ class Claimer:
         # per slot: its last claim found every job available to the worker (a plain claim that came
         # back short, with no flow claim in play: Worker._drained)
         self.found_all: dict[int, bool] = {}
-        self._short: dict[int, bool] = {}  # per slot: its last plain claim came back short
 
     def claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
               index: int) -> tuple[list[Any], bool]:
@@ -92,9 +91,7 @@ class Claimer:
         flow = self.w.flow
         self.found_all[index] = False
         if flow is None or not flow.active():
-            claimed, turn = self._plain_claim(lease, size, executor, index)
-            self.found_all[index] = self._short.get(index, False)
-            return claimed, turn
+            return self._plain_claim(lease, size, executor, index, only=True)
         plain = self.w._claim_tasks is None or bool(self.w._claim_tasks)
         first = self._flow_first[index] = not self._flow_first.get(index, False)
         now = time.monotonic()
@@ -179,6 +176,12 @@ class Claimer:
         """``claimable_queues`` on the slot's lease (worker/queue_view.py)."""
         return cast("QueueViewBackend", self.w.app.backend).claimable_queues(lease, view.most)
 
+    def _view_queues(self, lease: "Lease", view: QueueView) -> list[str] | None:
+        """The queues the view names now (None: every queue), read first when it is due."""
+        if view.take_read():
+            return view.update(*self._read_view(lease, view))
+        return view.named
+
     def _traced(self, index: int, span_name: str, claim: Callable[[], list[Any]]) -> list[Any]:
         """``claim()``, inside its span when tracing is on (observability/tracing.py): the jobs
         claimed are its attribute. How long it took is the slot's ``_took`` (see WALK_SHARE)."""
@@ -210,38 +213,35 @@ class Claimer:
                 return 0, False
         return limit, turn
 
-    def _plain_claim(self, lease: "Lease", size: ClaimSize, executor: Executor,
-                     index: int) -> tuple[list[Any], bool]:
-        """The plain claim (no flow control): up to ``size`` jobs of the unlimited tasks."""
+    def _plain_claim(self, lease: "Lease", size: ClaimSize, executor: Executor, index: int,
+                     only: bool = False) -> tuple[list[Any], bool]:
+        """The plain claim (no flow control): up to ``size`` jobs of the unlimited tasks. ``only``: no
+        flow claim is in play, so a claim that comes back short found every job available to the
+        worker (``found_all``)."""
         limit, turn = self._take_turn(size, index)
-        self._short[index] = False
         if limit == 0:
             return [], False
+        backend, tasks, view = self.w.app.backend, self.w._claim_tasks, self.w.queue_view
         try:
             lease.begin()
-            queues, view = self.w.queues, self.w.queue_view
-            named = None
-            if view is not None:  # a worker of every queue: the queues to name while one is paused
-                if view.take_read():
-                    view.update(*self._read_view(lease, view))
-                named = view.named
-            claimed = self._traced(index, "skiplock claim", lambda: self.w.app.backend.claim(
-                lease, named or queues, limit, tasks=self.w._claim_tasks))
-            if not claimed and named is not None and view is not None:
+            # a worker of every queue names the queues with jobs while one is paused (queue_view.py)
+            queues = self.w.queues if view is None else self._view_queues(lease, view)
+            claimed = self._traced(index, "skiplock claim", lambda: backend.claim(lease, queues, limit, tasks=tasks))
+            if not claimed and queues is not None and view is not None:
                 # a queue that got jobs since the view was read (or was resumed): read it again, and
                 # claim again if it names other queues now
                 again = view.update(*self._read_view(lease, view))
-                if again != named:
-                    named = again
-                    claimed = self.w.app.backend.claim(lease, named or queues, limit, tasks=self.w._claim_tasks)
+                if again != queues:
+                    queues = again
+                    claimed = backend.claim(lease, queues, limit, tasks=tasks)
             if len(claimed) > 1 and executor.alone(claimed[0].task):
                 # A job that runs alone came first: let the others go at once, take one.
                 size.alone()
                 lease.let_go()
                 lease.begin()
-                claimed = self.w.app.backend.claim(lease, named or queues, 1, tasks=self.w._claim_tasks)
+                claimed = backend.claim(lease, queues, 1, tasks=tasks)
             else:
-                self._short[index] = len(claimed) < limit  # it found every available job
+                self.found_all[index] = only and len(claimed) < limit
         except BaseException:
             if turn:
                 self.w.batching.give_turn(index)

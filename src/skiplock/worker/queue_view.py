@@ -17,9 +17,9 @@ slot claims again with them, in the same transaction. What that means:
 
 - a queue paused is never claimed from: the claim itself checks ``paused_queues``, whatever the view;
 - a queue resumed, or one that gets its first jobs while another is paused, is claimed from at the
-  next read: within ``REFRESH_SECONDS`` while the named queues keep the worker busy, at once when
-  their claim comes back empty (a NOTIFY of its job wakes a slot, whose claim then finds nothing
-  else);
+  next read: within ``REFRESH_SECONDS`` while the named queues keep the worker busy, else at the
+  next claim of them that comes back empty -- for a new job, the claim its NOTIFY wakes a slot for;
+  for a resumed queue (a resume sends no NOTIFY), the polling slot's, within ``poll_interval``;
 - with nothing paused, or more than ``MERGED_QUEUES_MAX`` queues with jobs, or only paused queues
   with jobs, the claim of every queue, as before (one read per ``REFRESH_SECONDS`` to know it).
 

@@ -168,8 +168,8 @@ class AsyncLeasing:
 
     async def claimable_queues(self, conn: Any, most: int) -> tuple[list[str], list[str]]:
         """``claimable_queues`` (queries.sql; worker/queue_view.py), in ``conn``'s transaction."""
-        rows = await self._on(conn, "claimable_queues", {"most": most})
-        return (list(rows[0][0]), list(rows[0][1])) if rows else ([], [])
+        (paused, queued), = await self._on(conn, "claimable_queues", {"most": most})  # always one row
+        return list(paused), list(queued)
 
     async def start_claimed_many(self, conn: Any, jobs: Sequence[tuple[ClaimedJob, uuid.UUID, float]],
                                  worker: str) -> list[tuple[int, str | None] | None]:

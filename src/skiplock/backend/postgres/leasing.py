@@ -70,7 +70,7 @@ class Leasing(PostgresConnections):
     def claimable_queues(self, conn: psycopg.Connection[Any], most: int) -> tuple[list[str], list[str]]:
         """(paused queues, queues with queued jobs -- only while some queue is paused; at most
         ``most`` + 1), in the lease's transaction (``claimable_queues`` in queries.sql)."""
-        paused, queued = conn.execute(self.q["claimable_queues"], {"most": most}).fetchone() or ([], [])
+        paused, queued = row_of(conn.execute(self.q["claimable_queues"], {"most": most}))
         return list(paused), list(queued)
 
     @_on_session
