@@ -255,12 +255,16 @@ UPDATE {schema}.job_attempts SET exclusive = true WHERE job_id = %(id)s AND star
 -- transaction never committed (a live batch's row never lists a job we claimed: its transaction
 -- still holds that job's lock), or counted by job_attempts for an attempt their row does not record
 -- (a run alone that never finished) -- and the cancellation requests. A suspect runs alone.
+-- The rows of job_batches are read in ONE pass (a hashed subplan over the rows that share a job
+-- with this batch), not once per job: nothing indexes `ids`, every batch inserts a row and deletes
+-- it, and until autovacuum comes (the server's autovacuum_naptime, a minute by default) the table's
+-- pages hold every batch since -- the per-job EXISTS read them all once per claimed job.
 WITH c AS (SELECT * FROM unnest(%(ids)b::bigint[], %(attempts)b::int[]) AS c(id, attempts)),
 mark AS (INSERT INTO {schema}.job_batches (ids, worker, backend_pid)
          VALUES (%(ids)b::bigint[], %(worker)s, %(backend_pid)s) RETURNING id)
 SELECT (SELECT id FROM mark),
        ARRAY(SELECT c.id FROM c
-              WHERE EXISTS (SELECT 1 FROM {schema}.job_batches b WHERE b.ids @> ARRAY[c.id])
+              WHERE c.id IN (SELECT unnest(b.ids) FROM {schema}.job_batches b WHERE b.ids && %(ids)b::bigint[])
                  OR EXISTS (SELECT 1 FROM {schema}.job_attempts a WHERE a.job_id = c.id AND a.started > c.attempts)),
        ARRAY(SELECT x.job_id FROM {schema}.job_cancellations x WHERE x.job_id = ANY(%(ids)b::bigint[])),
        ARRAY(SELECT x.reason FROM {schema}.job_cancellations x WHERE x.job_id = ANY(%(ids)b::bigint[]));
