@@ -385,9 +385,9 @@ def test_jobs_a_short_batch_released_at_its_commit_run_without_waiting_for_a_pol
 
 
 def test_a_batchs_results_are_stored_as_returned_whatever_characters_they_hold(app, db):
-    """A batch's results go to the server in one array parameter (binary: the text form's quoting
-    cost psycopg about 30 µs per element): quotes, backslashes, JSON escapes, characters beyond the
-    BMP and NULL elements come back as each handler returned them, in one transaction."""
+    """A batch's results go to the server as one JSON array (``json_array``): quotes, backslashes,
+    JSON escapes, characters beyond the BMP and None come back as each handler returned them, in one
+    transaction -- and a None is stored SQL NULL, as a lone job's is, never a JSON null."""
     tricky = 'tab\there\nnew\rline back\\slash "quoted" \\u0000 {a,b} NULL é € 😀'
     results = [tricky, {"k": tricky, "n": [1, None, 2.5]}, None, "", [tricky, "\\"], 0, True, '"'] * 4
 
@@ -400,3 +400,6 @@ def test_a_batchs_results_are_stored_as_returned_whatever_characters_they_hold(a
     xacts = {r[0] for r in db.execute("SELECT xmin::text FROM skiplock.jobs WHERE id = ANY(%s)", [ids]).fetchall()}
     assert len(xacts) == 1, "the jobs did not share a batch: nothing was tested"
     assert [app.get_job(i).result for i in ids] == results
+    nulls = db.execute("SELECT count(*) FILTER (WHERE result IS NULL), count(*) FILTER (WHERE result = 'null'::jsonb)"
+                       " FROM skiplock.jobs WHERE id = ANY(%s)", [ids]).fetchone()
+    assert nulls == (results.count(None), 0)

@@ -18,7 +18,7 @@ from .connecting import row_of
 from .connections import PostgresConnections
 from .errors import translate
 from .lease import PostgresLease, PostgresSession, local_timeouts
-from .queries import claim_of_queues, complete_statement, prepare_now, with_limit
+from .queries import claim_of_queues, complete_statement, int_array, json_array, prepare_now, with_limit
 
 def _on_session(verb: Any) -> Any:
     """A verb whose first argument may be a backend session (lease.py): it runs on that session's
@@ -102,8 +102,8 @@ class Leasing(PostgresConnections):
         first handler starts. Returns (batch id, suspects: jobs to run alone with a counted attempt,
         {job id: cancellation reason})."""
         batch, suspects, cancelled, reasons = row_of(conn.execute(self.q["start_batch"], {
-            "ids": [j.id for j in jobs], "attempts": [j.attempts for j in jobs], "worker": worker,
-            "backend_pid": lease_pid}))
+            "ids": int_array([j.id for j in jobs]), "attempts": int_array([j.attempts for j in jobs]),
+            "worker": worker, "backend_pid": lease_pid}))
         return batch, set(suspects), dict(zip(cancelled, reasons))
 
     @_on_session
@@ -120,7 +120,8 @@ class Leasing(PostgresConnections):
         with conn.pipeline():
             conn.execute(self.q["generic_plans"])  # the handlers have run (see queries.sql)
             cur.execute(self.q["complete_batch"], {
-                "ids": [d[0].id for d in done], "attempts": [d[1] for d in done], "results": [d[2] for d in done],
+                "ids": int_array([d[0].id for d in done]), "attempts": int_array([d[1] for d in done]),
+                "results": json_array([d[2] for d in done]),
                 "started_at": started_at, "worker": worker, "batch": batch, "prefix": f"{self.schema}:"},
                 prepare=prepare_now(conn))
             conn.commit()

@@ -6,7 +6,10 @@
 -- (`%(x)b`): psycopg writes a text array in Python, quoting every element that holds a quote,
 -- a backslash, a comma or a space with a regular expression -- many times the binary form's cost for
 -- a job's JSON args or result or a flow key (33 flow keys: 976 against 56 µs; docs/benchmarks.md,
--- "Session 15").
+-- "Session 15"). The arrays of a batch's bookkeeping (`start_batch`, `complete_batch`) are cheaper
+-- still as one text parameter each, written by queries.py (`int_array`: digits and commas only;
+-- `json_array`: the results, already JSON, joined into one JSON array): psycopg's list dumpers look
+-- at every element to pick the array's type, about 40 µs of the worker's CPU per batch of 8.
 
 -- name: schema_version
 SELECT max(version) FROM {schema}.schema_version;
@@ -259,15 +262,15 @@ UPDATE {schema}.job_attempts SET exclusive = true WHERE job_id = %(id)s AND star
 -- with this batch), not once per job: nothing indexes `ids`, every batch inserts a row and deletes
 -- it, and until autovacuum comes (the server's autovacuum_naptime, a minute by default) the table's
 -- pages hold every batch since -- the per-job EXISTS read them all once per claimed job.
-WITH c AS (SELECT * FROM unnest(%(ids)b::bigint[], %(attempts)b::int[]) AS c(id, attempts)),
+WITH c AS (SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS c(id, attempts)),
 mark AS (INSERT INTO {schema}.job_batches (ids, worker, backend_pid)
-         VALUES (%(ids)b::bigint[], %(worker)s, %(backend_pid)s) RETURNING id)
+         VALUES (%(ids)s::bigint[], %(worker)s, %(backend_pid)s) RETURNING id)
 SELECT (SELECT id FROM mark),
        ARRAY(SELECT c.id FROM c
-              WHERE c.id IN (SELECT unnest(b.ids) FROM {schema}.job_batches b WHERE b.ids && %(ids)b::bigint[])
+              WHERE c.id IN (SELECT unnest(b.ids) FROM {schema}.job_batches b WHERE b.ids && %(ids)s::bigint[])
                  OR EXISTS (SELECT 1 FROM {schema}.job_attempts a WHERE a.job_id = c.id AND a.started > c.attempts)),
-       ARRAY(SELECT x.job_id FROM {schema}.job_cancellations x WHERE x.job_id = ANY(%(ids)b::bigint[])),
-       ARRAY(SELECT x.reason FROM {schema}.job_cancellations x WHERE x.job_id = ANY(%(ids)b::bigint[]));
+       ARRAY(SELECT x.job_id FROM {schema}.job_cancellations x WHERE x.job_id = ANY(%(ids)s::bigint[])),
+       ARRAY(SELECT x.reason FROM {schema}.job_cancellations x WHERE x.job_id = ANY(%(ids)s::bigint[]));
 
 -- name: forget_dead_batches
 -- A suspect about to run alone (its attempt counted in job_attempts from now on): the rows of dead
@@ -290,13 +293,17 @@ SET LOCAL plan_cache_mode = force_generic_plan;
 -- the database, written 'done' in one statement (guarded like `complete`), and the batch's row
 -- deleted (the batch commits, so it leaves no trace). Errors still pending in job_attempts (an
 -- earlier attempt's, see `record_outcome`) are folded in as their rows go. Returns the ids written.
+-- %(results)s is one JSON array, the i-th job's result its i-th element; a JSON null there is a
+-- handler that returned None, written SQL NULL as `complete` writes it.
 WITH d AS MATERIALIZED (
 SELECT d.*, (SELECT a.pending_errors FROM {schema}.job_attempts a WHERE a.job_id = d.id) AS pending
-  FROM unnest(%(ids)b::bigint[], %(attempts)b::int[], %(results)b::text[]) AS d(id, attempt, result)),
+  FROM unnest(%(ids)s::bigint[], %(attempts)s::int[],
+              ARRAY(SELECT r.result FROM jsonb_array_elements(%(results)s::jsonb) WITH ORDINALITY AS r(result, n)
+                     ORDER BY r.n)) AS d(id, attempt, result)),
 upd AS (
 UPDATE {schema}.jobs j
    SET state = 'done', attempts = d.attempt, finished_at = clock_timestamp(), started_at = %(started_at)s,
-       result = d.result::jsonb, worker = %(worker)s,
+       result = nullif(d.result, 'null'::jsonb), worker = %(worker)s,
        errors = CASE WHEN d.pending IS NULL THEN j.errors ELSE {schema}.append_errors(j.errors, d.pending) END,
        last_error = coalesce(d.pending -> -1 ->> 'error', j.last_error)
   FROM d
