@@ -31,7 +31,7 @@ from ..base import ClaimedJob
 from .connecting import CLIENT_TCP, session_options, with_connect_timeout
 from .errors import translate
 from .lease import local_timeouts
-from .queries import claim_of_queues, complete_statement, prepare_now, with_limit
+from .queries import claim_of_queues, complete_statement, prepare_now, text_array, with_limit
 
 if TYPE_CHECKING:
     from .connections import PostgresConnections
@@ -163,7 +163,7 @@ class AsyncLeasing:
             query, params = claim_of_queues(self.q, "claim_tasks", queues)
         else:
             query, params = self.q["claim_tasks_any_queue"], {}
-        params.update(limit=limit, tasks=list(tasks))
+        params.update(limit=limit, tasks=text_array(tuple(tasks)))
         return [ClaimedJob(*row) for row in await self._on_text(conn, query, params, limit=limit)]
 
     async def claimable_queues(self, conn: Any, most: int) -> tuple[list[str], list[str]]:

@@ -18,7 +18,7 @@ from .connecting import row_of
 from .connections import PostgresConnections
 from .errors import translate
 from .lease import PostgresLease, PostgresSession, local_timeouts
-from .queries import claim_of_queues, complete_statement, int_array, json_array, prepare_now, with_limit
+from .queries import claim_of_queues, complete_statement, int_array, json_array, prepare_now, text_array, with_limit
 
 def _on_session(verb: Any) -> Any:
     """A verb whose first argument may be a backend session (lease.py): it runs on that session's
@@ -55,7 +55,7 @@ class Leasing(PostgresConnections):
         else:
             query, params = self.q[f"{prefix}_any_queue"], {"limit": limit}
         if tasks is not None:
-            params["tasks"] = list(tasks)
+            params["tasks"] = text_array(tuple(tasks))
         query = with_limit(query, limit)  # a plan the server keeps (queries.with_limit)
         prepare = prepare_now(conn)
         if not savepoint:

@@ -158,6 +158,19 @@ def int_array(values: Sequence[int]) -> str:
     return "{" + ",".join(map(str, values)) + "}"
 
 
+@lru_cache(maxsize=64)  # a worker's task names: the same tuple at every claim
+def text_array(values: tuple[str, ...]) -> str:
+    """Texts as one PostgreSQL array literal (a text parameter cast to ``text[]`` in the statement):
+    each element in double quotes, its backslashes and double quotes escaped with a backslash -- the
+    array syntax's whole quoting rule, so any name round-trips. Cached: a claim names the worker's
+    tasks at every run, and psycopg's list dumper quoted them anew each time (15-35 µs of the
+    worker's CPU per claim, for 3-20 names)."""
+    for v in values:
+        if v.__class__ is not str:
+            raise TypeError(f"text_array: {v!r} is not a str")
+    return "{" + ",".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values) + "}"
+
+
 def json_array(values: Sequence[str | None]) -> str:
     """JSON texts (each already valid JSON, as ``values.to_json`` writes it; None: no value) as one
     JSON array, ``[t1,t2,...]``, None as ``null`` (see ``complete_batch`` in queries.sql)."""
