@@ -469,3 +469,38 @@ def test_a_worker_of_every_queue_names_the_unpaused_queues_while_one_is_paused(d
     stats = _run(AsyncWorker(app, concurrency=4, max_connections=4).run(stop_when_empty=True))
     assert stats.done == 200
     app.close()
+
+
+@pytest.mark.parametrize("lease", ["transaction", "claimed"])
+def test_a_claim_the_server_refuses_every_time_is_retried_with_backoff_not_at_once(dsn, db, lease, caplog):
+    """A claim that fails on a live session every time (here: a column the claim reads was renamed
+    under the worker) is logged and tried again after a full-jitter backoff that doubles, never at
+    once: the transaction-lease loop used to retry immediately, thousands of WARNINGs a second."""
+    from skiplock.worker.aio_worker import AsyncWorker
+
+    aapp = skiplock.AsyncApp(dsn)
+
+    @aapp.task(name="never_runs", lease=lease)
+    async def never_runs(job):
+        return "ran"
+
+    async def main():
+        await aapp.migrate()
+        await aapp.enqueue("never_runs", {})
+        db.execute("ALTER TABLE skiplock.jobs RENAME COLUMN args TO args_renamed")
+        worker = AsyncWorker(aapp.app, None, 2, max_connections=4)
+        run = asyncio.ensure_future(worker.run())
+        await asyncio.sleep(2.0)
+        worker.stop()
+        await asyncio.wait_for(run, 30)
+
+    with caplog.at_level("WARNING", logger="skiplock.worker"):
+        _run(main())
+    failures = [r.getMessage() for r in caplog.records if '"args" does not exist' in r.getMessage()]
+    assert failures, "the claim never failed: nothing was tested"
+    # backoff from 0.25 s doubling (full jitter): a handful of tries in 2 s, where the loop that
+    # retried at once made thousands
+    assert len(failures) < 40, f"{len(failures)} failed claims in about 2 s"
+    assert all("trying again in" in m for m in failures), failures[:3]
+    db.execute("ALTER TABLE skiplock.jobs RENAME COLUMN args_renamed TO args")
+    aapp.app.close()

@@ -51,6 +51,7 @@ class ClaimedLeaseRuns:
 
     async def claim_loop(self, names: list[str], stop_when_empty: bool) -> None:
         leasing, tasks, slots = self.w.leasing, self.w.app.tasks, self.w._slots
+        backoff = self.w.retry_backoff()
         while not self.w._stopping.is_set():
             await slots.acquire()  # at least one slot is free
             free = 1
@@ -60,11 +61,14 @@ class ClaimedLeaseRuns:
                 await slots.acquire()
                 free += 1
             finished_before = self.w._finished
+            delay = None
             try:
                 started = await self._claim_started(names, free)
             except (ConnectionLost, DatabaseError) as exc:
-                log.warning("asyncio worker %s: claim failed (%s); retrying", self.w.name, exc)
+                delay = self.w._failed(backoff, "claim failed", exc)
                 started = []
+            else:
+                backoff.reset()
             for _ in range(free - len(started)):
                 slots.release()
             for claimed, owner, begun in started:
@@ -74,7 +78,10 @@ class ClaimedLeaseRuns:
             if not started:
                 if stop_when_empty and self.w._empty(finished_before):
                     return
-                await self.w._idle()
+                if delay is not None:
+                    await self.w._pause(delay)
+                else:
+                    await self.w._idle()
 
     async def _claim_started(self, names: list[str], limit: int) -> list[tuple[ClaimedJob, uuid.UUID, Any]]:
         """Claim and start up to ``limit`` jobs in one short transaction, committed."""

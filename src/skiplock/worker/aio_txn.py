@@ -64,15 +64,21 @@ class TransactionLeaseRuns:
                     run.cancel()
 
     async def run_loop(self, names: list[str], stop_when_empty: bool) -> None:
+        backoff = self.w.retry_backoff()
         while not self.w._stopping.is_set():
             finished_before = self.w._finished
+            delay = None
             async with self.w._slots:
                 try:
                     ran = await self._run_one_txn(names)
                 except (ConnectionLost, DatabaseError) as exc:
-                    log.warning("asyncio worker %s: a transaction-lease job's session failed (%s)", self.w.name, exc)
+                    delay = self.w._failed(backoff, "a transaction-lease claim or job's session failed", exc)
                     ran = True
-            if not ran:
+                else:
+                    backoff.reset()
+            if delay is not None:  # not holding the slot
+                await self.w._pause(delay)
+            elif not ran:
                 if stop_when_empty and self.w._empty(finished_before):
                     return
                 await self.w._idle()

@@ -50,6 +50,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import ConfigurationError, ConnectionLost, DatabaseError, DatabaseUnavailable
+from ..reconnect import Backoff
 from .aio_claimed import ClaimedLeaseRuns
 from .aio_txn import TransactionLeaseRuns
 from .flow import REFRESH_SECONDS
@@ -69,6 +70,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("skiplock.worker")
 
 RESERVED = 2  # pooled connections kept from transaction-lease jobs: the claim and the finishing writes
+RETRY_CAP = 30.0  # the most a claim loop waits after a failure (the threaded worker's max_reconnect_delay)
 
 
 class AsyncWorker:
@@ -207,6 +209,28 @@ class AsyncWorker:
                 await asyncio.to_thread(schema.check)
             except (ConnectionLost, DatabaseError, DatabaseUnavailable) as exc:
                 log.debug("asyncio worker %s: schema check failed (%s)", self.name, exc)
+
+    @staticmethod
+    def retry_backoff() -> Backoff:
+        """A claim loop's backoff after failures (``_failed``)."""
+        return Backoff(cap=RETRY_CAP)
+
+    def _failed(self, backoff: Backoff, what: str, exc: BaseException) -> float:
+        """A claim, or a job's session, failed (a lost connection, a statement the server refused):
+        log it and return how long to wait before the next try -- full-jitter backoff, doubling up to
+        ``RETRY_CAP`` seconds while the failures go on (``backoff.reset()`` after a success). A loop
+        that tried again at once sent a claim the server refuses every time (a schema changed under
+        the worker, say) thousands of times a second, each with a WARNING."""
+        delay = backoff.next()
+        log.warning("asyncio worker %s: %s (%s); trying again in %.2fs", self.name, what, exc, delay)
+        return delay
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait ``seconds``, or less if the worker is stopped meanwhile."""
+        try:
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
 
     async def _idle(self) -> None:
         """Wait ``poll_interval``, or less: until stopped, or until the last job in flight finished."""
