@@ -70,7 +70,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("skiplock.worker")
 
 RESERVED = 2  # pooled connections kept from transaction-lease jobs: the claim and the finishing writes
-RETRY_CAP = 30.0  # the most a claim loop waits after a failure (the threaded worker's max_reconnect_delay)
+RETRY_CAP = 30.0  # the most a claim loop waits after a refused statement (the threaded worker's max_reconnect_delay)
+# ... and after a lost connection: the pool waits for the server itself (its connection() blocks until
+# it has reconnected), so a short pause is enough to end a busy loop without delaying the resume after
+# an outage by up to RETRY_CAP.
+LOST_RETRY_CAP = 1.0
 
 
 class AsyncWorker:
@@ -218,10 +222,13 @@ class AsyncWorker:
     def _failed(self, backoff: Backoff, what: str, exc: BaseException) -> float:
         """A claim, or a job's session, failed (a lost connection, a statement the server refused):
         log it and return how long to wait before the next try -- full-jitter backoff, doubling up to
-        ``RETRY_CAP`` seconds while the failures go on (``backoff.reset()`` after a success). A loop
-        that tried again at once sent a claim the server refuses every time (a schema changed under
-        the worker, say) thousands of times a second, each with a WARNING."""
+        ``RETRY_CAP`` seconds while the failures go on (``backoff.reset()`` after a success), at most
+        ``LOST_RETRY_CAP`` after a lost connection. A loop that tried again at once sent a claim the
+        server refuses every time (a schema changed under the worker, say) thousands of times a
+        second, each with a WARNING."""
         delay = backoff.next()
+        if isinstance(exc, ConnectionLost):
+            delay = min(delay, LOST_RETRY_CAP)
         log.warning("asyncio worker %s: %s (%s); trying again in %.2fs", self.name, what, exc, delay)
         return delay
 
