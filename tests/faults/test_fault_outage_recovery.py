@@ -165,3 +165,57 @@ def test_the_readiness_probe_sees_the_real_server_come_back(fault_server, fdsn):
     assert probe.wait(time.monotonic(), 0.5) is False  # the server is up: nothing to wake anyone for
     wait_for(lambda: probe._thread is None, 30, "the probe to stop")
     assert probe.attempts == attempts + 1  # one attempt, then the probe stops
+
+
+def test_an_asyncio_worker_resumes_after_an_outage_without_a_busy_loop(fault_server, fdsn, caplog):
+    """An asyncio worker left running through the outage: its claim loops back off while the server
+    is down (a handful of WARNINGs, not thousands), and run the jobs of both lease kinds enqueued once
+    it is back."""
+    from skiplock.worker.aio_worker import AsyncWorker
+
+    app = skiplock.App(fdsn, connect_timeout=1.0)
+    aapp = skiplock.AsyncApp(app=app)
+    ran: list[str] = []
+
+    @aapp.task(name="aio_txn")
+    async def aio_txn(job, n):
+        ran.append(f"txn {n}")
+
+    @aapp.task(name="aio_claimed", lease="claimed")
+    async def aio_claimed(job, n):
+        ran.append(f"claimed {n}")
+
+    worker = AsyncWorker(app, None, 4, max_connections=4, poll_interval=0.2)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=lambda: loop.run_until_complete(worker.run()), daemon=True)
+    try:
+        with caplog.at_level(logging.WARNING, logger="skiplock.worker"):
+            app.enqueue_many([("aio_txn", {"n": 0}), ("aio_claimed", {"n": 0})])
+            thread.start()
+            wait_for(lambda: sorted(ran) == ["claimed 0", "txn 0"], 60, "the worker to run the first jobs",
+                     on_timeout=lambda: str(ran))
+            fault_server.stop("fast")
+            try:
+                time.sleep(DOWN_SECONDS)  # the fault itself
+            finally:
+                fault_server.start()
+            ids = wait_for(lambda: _enqueue_or_none(app), 60, "an enqueue after the outage")
+            wait_for(lambda: states(fdsn, ids) == {"done": len(ids)}, 60, "the jobs enqueued after the outage",
+                     on_timeout=lambda: f"{states(fdsn, ids)} {ran}")
+            assert thread.is_alive()
+    finally:
+        loop.call_soon_threadsafe(worker.stop)
+        thread.join(30)
+        app.close()
+    assert not thread.is_alive()
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    # two claim loops (and the pool's waits) over DOWN_SECONDS: each pauses between tries (4 seen)
+    assert len(warned) < 100, f"{len(warned)} warnings during a {DOWN_SECONDS:g} s outage: {warned[:3]}"
+
+
+def _enqueue_or_none(app):
+    try:
+        return app.enqueue_many([("aio_txn", {"n": i}) for i in range(1, 6)] + [("aio_claimed", {"n": i})
+                                                                             for i in range(1, 6)])
+    except DatabaseUnavailable:
+        return None
