@@ -297,9 +297,8 @@ SET LOCAL plan_cache_mode = force_generic_plan;
 -- handler that returned None, written SQL NULL as `complete` writes it.
 WITH d AS MATERIALIZED (
 SELECT d.*, (SELECT a.pending_errors FROM {schema}.job_attempts a WHERE a.job_id = d.id) AS pending
-  FROM unnest(%(ids)s::bigint[], %(attempts)s::int[],
-              ARRAY(SELECT r.result FROM jsonb_array_elements(%(results)s::jsonb) WITH ORDINALITY AS r(result, n)
-                     ORDER BY r.n)) AS d(id, attempt, result)),
+  FROM ROWS FROM (unnest(%(ids)s::bigint[]), unnest(%(attempts)s::int[]),
+                  jsonb_array_elements(%(results)s::jsonb)) AS d(id, attempt, result)),
 upd AS (
 UPDATE {schema}.jobs j
    SET state = 'done', attempts = d.attempt, finished_at = clock_timestamp(), started_at = %(started_at)s,
