@@ -157,3 +157,25 @@ def test_a_stuck_turn_of_one_kind_does_not_stop_claims_of_the_other():
 def test_flow_batch_slots_must_be_a_positive_integer_or_none(value):
     with pytest.raises(ValueError, match="flow_batch_slots"):
         BatchPolicy(flow_batch_slots=value)
+
+
+def test_a_claim_runs_side_by_side_only_after_a_batch_that_was_not_near_instant():
+    from skiplock.worker.batching import BatchRun, WholeBatches
+    from skiplock.worker.side_by_side import plan
+
+    policy = BatchPolicy(batch_size=8)
+    size = policy.claim_size()
+    size.value = 8
+    assert plan(policy, size, idle=5, tracing=False) == 0  # not measured yet: as before
+    size.after(8, BatchRun([], seconds_per_job=0.0001))  # near-instant: a hand-off costs more than the job
+    assert plan(policy, size, idle=5, tracing=False) == 0
+    size.after(8, BatchRun([], seconds_per_job=0.002))
+    assert plan(policy, size, idle=5, tracing=False) == 6  # its own job and one per idle slot
+    assert plan(policy, size, idle=20, tracing=False) == 8  # at most the claim size
+    assert plan(policy, size, idle=0, tracing=False) == 1  # side by side, sized as before (share)
+    assert plan(policy, size, idle=5, tracing=True) == 0  # the trace context is read on the lease
+    assert plan(BatchPolicy(batch_size=8, side_by_side=False), size, idle=5, tracing=False) == 0
+    whole = WholeBatches(8, side_by_side=True)
+    assert plan(whole, whole.claim_size(), idle=3, tracing=False) == 4  # measured or not
+    assert plan(WholeBatches(8), whole.claim_size(), idle=3, tracing=False) == 0  # off by default there
+

@@ -41,6 +41,9 @@ FLOW_TURNS = 3
 @click.option("--batch-wait", type=Duration(0, 60), default=DEFAULT_BATCH_WAIT, show_default=True,
               help="While other slots are idle, a claim takes no more jobs than start within this time "
                    "(seconds, or 16ms; 0: always the whole claim size).")
+@click.option("--one-after-another", is_flag=True,
+              help="Run a batch's jobs one after another on its slot (by default the jobs of a batch that are not "
+                   "near-instant start together on idle slots, in its one transaction: see docs/batches.md).")
 @click.option("--fixed-concurrency", is_flag=True,
               help="Let every slot hold a lease at once (by default the number adapts to how fast claims and "
                    "commits are: see docs/batches.md).")
@@ -67,7 +70,7 @@ FLOW_TURNS = 3
 @handle_errors
 def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, poll_interval: float,
            batch_size: int, batch_budget: float, batch_slots: int, flow_batch_slots: int | None,
-           batch_wait: float, fixed_concurrency: bool,
+           batch_wait: float, one_after_another: bool, fixed_concurrency: bool,
            stop_when_empty: bool,
            due_within: float, log_level: str, no_maintenance: bool, fail_unknown_tasks: bool,
            metrics_port: int | None, metrics_host: str, health_port: int | None, health_host: str) -> None:
@@ -87,6 +90,7 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
         return app.worker(queues=queue_list, concurrency=concurrency, poll_interval=poll_interval,
                           batch_size=batch_size, batch_budget=batch_budget, batch_slots=batch_slots,
                           flow_batch_slots=flow_batch_slots, batch_wait=batch_wait or None,
+                          side_by_side=not one_after_another,
                           maintenance=not no_maintenance, fail_unknown_tasks=fail_unknown_tasks,
                           adaptive_limit=not fixed_concurrency)
 

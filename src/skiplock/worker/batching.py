@@ -34,7 +34,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..app import Task
@@ -111,6 +111,7 @@ class BatchRun:
     alone: bool = False  # the claim's first job had to run alone (see Executor.alone)
     handler_seconds: float = 0.0  # time spent in handlers (the rest of the lease is skiplock's overhead)
     jobs: "list[ClaimedJob] | None" = None  # jobs[i]'s outcome is outcomes[i] (what the reporter reports)
+    side_by_side: bool = False  # its jobs ran side by side (handler_seconds: the wall time they took together)
 
 
 
@@ -157,11 +158,13 @@ class BatchPolicy:
     COMMIT); ``batch_slots``: how many slots may run batches of near-instant jobs at the same time,
     and ``flow_batch_slots`` how many may run such batches of flow-controlled jobs (turns of their
     own, besides ``batch_slots``; None: ``FLOW_TURNS`` shared by the live worker processes, see
-    ``live_processes``); ``instant_seconds``: the mean time per job under which a batch counts as near-instant."""
+    ``live_processes``); ``instant_seconds``: the mean time per job under which a batch counts as near-instant;
+    ``side_by_side``: a batch that is not near-instant runs its jobs at the same time on the worker's free
+    handler units (worker/side_by_side.py), else one after another."""
 
     def __init__(self, batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = 0.05, batch_slots: int = 1, *,
                  batch_wait: float | None = DEFAULT_BATCH_WAIT, instant_seconds: float = 0.0005,
-                 flow_batch_slots: int | None = None):
+                 flow_batch_slots: int | None = None, side_by_side: bool = True):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= 1000:
             raise ValueError(f"batch_size must be an integer from 1 to 1000, got {batch_size!r}")
         if isinstance(batch_budget, bool) or not isinstance(batch_budget, (int, float)) or not 0 < batch_budget <= 60:
@@ -180,10 +183,12 @@ class BatchPolicy:
         self.flow_batch_slots = flow_batch_slots
         self.batch_wait = None if batch_wait is None else float(batch_wait)
         self.instant_seconds = instant_seconds
+        self.side_by_side = bool(side_by_side)
         self.fast_seconds = self.batch_budget / FAST_SHARE
         # A batch turn held this long is stuck (a batch of near-instant jobs takes milliseconds).
         self.stuck_after = max(1.0, 20 * self.batch_budget)
         self._runs: dict[str, deque[float]] = {}  # per task: its handler's last RUNS_KEPT run times
+        self._runs_lock = threading.Lock()  # measured() runs on idle slots too (side_by_side.py; free-threaded Python)
         self._seconds: dict[str, float] = {}  # per task: their first quartile
         self._turns = Turns(batch_slots)
         self._flow_turns = Turns(FLOW_TURNS if flow_batch_slots is None else flow_batch_slots)
@@ -213,11 +218,18 @@ class BatchPolicy:
         then sent every job of the task to run alone, one transaction each -- more CPU per job, so
         longer waits, so more jobs alone: measured, 8 processes x 8 slots of 1 ms jobs on 2 cores ran
         two thirds of their claims alone. A task is slow when most of its runs are, not a few."""
-        runs = self._runs.get(task)
-        if runs is None:
-            runs = self._runs[task] = deque(maxlen=RUNS_KEPT)
-        runs.append(seconds)
-        self._seconds[task] = sorted(runs)[len(runs) // 4]
+        with self._runs_lock:
+            runs = self._runs.get(task)
+            if runs is None:
+                runs = self._runs[task] = deque(maxlen=RUNS_KEPT)
+            runs.append(seconds)
+            self._seconds[task] = sorted(runs)[len(runs) // 4]
+
+    def runs_side_by_side(self, size: ClaimSize) -> bool:
+        """Whether a claim of ``size`` runs its batch side by side (worker/side_by_side.py): on, and
+        the slot's last batch was measured and not near-instant (a hand-off to another thread costs
+        more than a near-instant job)."""
+        return self.side_by_side and size.per_job is not None and not size.instant
 
     def share(self, size: ClaimSize, idle_slots: int) -> int:
         """How many jobs this claim takes: ``size.value`` -- or, while ``idle_slots`` other slots of
@@ -273,11 +285,19 @@ class BatchPolicy:
 
 class WholeBatches(BatchPolicy):
     """Every claim takes ``batch_size`` jobs from the first on, and every task counts as fast (only
-    claimed-lease and timed tasks run alone): batches are exactly jobs 1..N, N+1..2N, ... of the queue.
-    For tests and benchmarks that need batches of a known shape."""
+    claimed-lease and timed tasks run alone): batches are exactly jobs 1..N, N+1..2N, ... of the queue,
+    run one after another unless ``side_by_side=True`` (then a claim takes no more jobs than it has
+    handler units for). For tests and benchmarks that need batches of a known shape."""
+
+    def __init__(self, batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = 0.05, batch_slots: int = 1, *,
+                 side_by_side: bool = False, **options: Any):
+        super().__init__(batch_size, batch_budget, batch_slots, side_by_side=side_by_side, **options)
 
     def claim_size(self) -> ClaimSize:
         return ClaimSize(self.batch_size, self.instant_seconds, start=self.batch_size)
 
     def alone(self, task: "Task | None") -> bool:
         return task is not None and (task.lease == "claimed" or task.timeout is not None)
+
+    def runs_side_by_side(self, size: ClaimSize) -> bool:
+        return self.side_by_side  # measured or not

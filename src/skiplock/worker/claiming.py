@@ -33,6 +33,7 @@ from .batching import ClaimSize
 from .executor import Executor
 from .flow import FlowControl
 from .queue_view import QueueView
+from .side_by_side import plan
 
 if TYPE_CHECKING:
     from ..backend.base import Lease, QueueViewBackend
@@ -78,6 +79,7 @@ class Claimer:
         self._plain_walk = 0.0  # seconds the last plain claim that found nothing took
         self._took: dict[int, float] = {}  # per slot: seconds its last claim statement(s) took
         self.limits: dict[int, int] = {}  # per slot: how many jobs its last claim could take (BatchPolicy.share)
+        self.side: dict[int, bool] = {}  # per slot: its last claim was sized to run side by side (side_by_side.py)
         # per slot: its last claim found every job available to the worker (a plain claim that came
         # back short, with no flow claim in play: Worker._drained)
         self.found_all: dict[int, bool] = {}
@@ -90,6 +92,7 @@ class Claimer:
         it tries first, the flow claim (one job) or the plain one, and tries the other if it finds none."""
         flow = self.w.flow
         self.found_all[index] = False
+        self.side[index] = False
         if flow is None or not flow.active():
             return self._plain_claim(lease, size, executor, index, only=True)
         plain = self.w._claim_tasks is None or bool(self.w._claim_tasks)
@@ -218,9 +221,16 @@ class Claimer:
         """The plain claim (no flow control): up to ``size`` jobs of the unlimited tasks. ``only``: no
         flow claim is in play, so a claim that comes back short found every job available to the
         worker (``found_all``)."""
-        limit, turn = self._take_turn(size, index)
-        if limit == 0:
-            return [], False
+        # One job for this slot and one per idle slot: they start together (side_by_side.py).
+        side = plan(self.w.batching, size, self.w._sleeping, self.w.app.tracing is not None)
+        self.side[index] = bool(side)
+        if side > 1:
+            limit, turn = side, False
+            self.limits[index] = limit
+        else:  # (no slot idle: sized as before, its jobs handed out as slots go idle)
+            limit, turn = self._take_turn(size, index)
+            if limit == 0:
+                return [], False
         backend, tasks, view = self.w.app.backend, self.w._claim_tasks, self.w.queue_view
         try:
             lease.begin()

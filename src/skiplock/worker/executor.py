@@ -51,6 +51,7 @@ from .completer import CancelledWhileRunning, Completer
 from .failures import (MAX_ERROR_CHARS, ResultNotStorable, decide_failure, format_error)  # noqa: F401 - public here too
 from .gate import RunAlone, RunGate  # noqa: F401 - RunAlone: public here too
 from .handler import Handlers, JobTimeout, LeaseTimeout, make_job  # noqa: F401 - public here too
+from .side_by_side import Hand, SideBySide
 
 if TYPE_CHECKING:
     from ..app import App, Task
@@ -78,6 +79,7 @@ class Executor:
         self.bookkeeping = Bookkeeping(self.backend)
         self.handlers = Handlers(app, self.batching, watchdog)
         self.worker_name = worker_name
+        self.side = SideBySide()
 
     def close(self) -> None:
         self.bookkeeping.close()
@@ -90,29 +92,35 @@ class Executor:
         return self.batching.alone(self.app.tasks.get(name))
 
     def run_batch(self, lease: "Lease", batch: list[ClaimedJob], slot: str, budget: float,
-                  stopping: threading.Event, before_commit: Callable[[], None] | None = None) -> BatchRun:
+                  stopping: threading.Event, before_commit: Callable[[], None] | None = None,
+                  hand: Hand | None = None) -> BatchRun:
         """Run the jobs one claim locked, in that claim's transaction, and COMMIT. Returns the
         outcomes that are durable. A job that must run alone (see ``alone``) runs alone: first, or
         not in this transaction (the jobs not started are released untouched by the COMMIT). The
         caller holds the process's run gate (gate.py); a suspect that cannot run alone at once
         raises ``RunAlone`` with the lease's transaction let go. ``before_commit``: called once a
         batch of several jobs has run its last handler, before its COMMIT is sent (the worker gives
-        its batch turn back there, so the next batch's claim overlaps this one's commit)."""
+        its batch turn back there, so the next batch's claim overlaps this one's commit). ``hand``: the
+        batch may run side by side, its jobs handed to idle slots by this (side_by_side.py)."""
         handlers = self.handlers
         handlers.reset()
         try:
-            run = self._run_batch(lease, batch, slot, budget, stopping, before_commit)
+            run = self._run_batch(lease, batch, slot, budget, stopping, before_commit, hand)
         except CancelledWhileRunning as ended:  # recorded cancelled (durable); the slot reconnects
             handlers.reporter.finished([ended.claimed], [ended.outcome], handlers.ran)
             raise
-        run.handler_seconds = handlers.seconds
+        if not run.side_by_side:
+            run.handler_seconds = handlers.seconds
         if run.jobs is not None:  # durable now: logs, hooks, metrics (observability/reporting.py)
             handlers.reporter.finished(run.jobs, run.outcomes, handlers.ran)
         return run
 
     def _run_batch(self, lease: "Lease", batch: list[ClaimedJob], slot: str, budget: float,
-                   stopping: threading.Event, before_commit: Callable[[], None] | None) -> BatchRun:
+                   stopping: threading.Event, before_commit: Callable[[], None] | None, hand: Hand | None) -> BatchRun:
         alone = self.alone(batch[0].task)
+        if hand is not None and (alone or len(batch) == 1 or self.alone(batch[1].task)):
+            hand([])  # not a batch: nothing to hand out (the wake-ups it owes go out now)
+            hand = None
         if alone:
             task = self.app.tasks[batch[0].task]
             if task.lease == "claimed":
@@ -129,7 +137,7 @@ class Executor:
             watchdog.watch(lease, self.app.lease_timeout)
         try:
             if len(batch) > 1:
-                return self._run_many(lease, batch, slot, budget, stopping, before_commit)
+                return self._run_many(lease, batch, slot, budget, stopping, before_commit, hand)
             outcome = self.run(lease, batch[0], slot, commit=True)
             if lease.alive():
                 lease.commit()  # the paths that wrote without running a handler (nothing to do if committed)
@@ -139,10 +147,11 @@ class Executor:
                 watchdog.release(lease)
 
     def _run_many(self, lease: "Lease", batch: list[ClaimedJob], slot: str, budget: float,
-                  stopping: threading.Event, before_commit: Callable[[], None] | None = None) -> BatchRun:
-        """Several jobs in one transaction, one after another (never two at once: a flow-controlled
-        batch holds one slot of each key for all its jobs, see ``claim_flow`` in queries.sql), then
-        one COMMIT.
+                  stopping: threading.Event, before_commit: Callable[[], None] | None = None,
+                  hand: Hand | None = None) -> BatchRun:
+        """Several jobs in one transaction, one after another -- or, handed to idle slots by ``hand``,
+        side by side (side_by_side.py; never a flow-controlled batch: it holds one slot of
+        each key for all its jobs, see ``claim_flow`` in queries.sql) --, then one COMMIT.
 
         One durable write marks the batch before the first handler starts (``start_batch``: if the
         transaction never commits, each of its jobs later runs alone with a counted attempt). Each job
@@ -158,6 +167,9 @@ class Executor:
         started_at = batch[0].claimed_at
         batch_id, suspects, cancels = self.bookkeeping.run(
             lambda c: backend.start_batch(c, batch, slot, lease.session_id), again=False)
+        if suspects and hand is not None:
+            hand([])  # not side by side (the wake-ups it owes go out now)
+            hand = None
         if suspects:  # one may crash its worker: it runs alone, the jobs after it are released at COMMIT
             first = next(i for i, claimed in enumerate(batch) if claimed.id in suspects)
             batch = batch[:max(first, 1)]
@@ -168,7 +180,64 @@ class Executor:
                         raise RunAlone(batch[0].id)
                     return self._run_jobs(lease, batch, slot, budget, stopping, batch_id, suspects, cancels,
                                           before_commit)
+        tasks = self._side_by_side(batch, suspects, cancels, hand)
+        if tasks is not None and hand is not None:
+            return self._run_side_by_side(lease, batch, tasks, slot, budget, stopping, batch_id, hand,
+                                          before_commit)
+        if hand is not None:
+            hand([])  # (handing nothing: the wake-ups it owes go out now)
         return self._run_jobs(lease, batch, slot, budget, stopping, batch_id, suspects, cancels, before_commit)
+
+    def _side_by_side(self, batch: list[ClaimedJob], suspects: "set[int]", cancels: "dict[int, str]",
+                      hand: Hand | None) -> "list[Task] | None":
+        """The batch's tasks if it runs side by side: it may (``hand``), and it holds no job that takes
+        the single-job path or must not run at once with its batch-mates (side_by_side.py)."""
+        if hand is None or suspects or cancels or batch[0].slots or self.app.tracing is not None:
+            return None
+        tasks: list[Task] = []
+        for claimed in batch:
+            task = self.app.tasks.get(claimed.task)
+            if task is None or claimed.attempts + 1 > claimed.max_attempts:
+                return None
+            tasks.append(task)
+        return tasks
+
+    def _run_side_by_side(self, lease: "Lease", batch: list[ClaimedJob], tasks: "list[Task]", slot: str,
+                          budget: float, stopping: threading.Event, batch_id: int, hand: Hand,
+                          before_commit: Callable[[], None] | None) -> BatchRun:
+        """The jobs of batch ``batch_id`` side by side (side_by_side.py), then its COMMIT: each
+        outcome as ``_run_jobs`` writes it; a lease ended meanwhile reports only the outcomes
+        written from a fresh transaction after it was gone (the rest run again)."""
+        began = time.perf_counter()
+        rans = self.side.run(self, lease, batch, tasks, slot, time.monotonic() + budget, stopping, hand)
+        phase = time.perf_counter() - began
+        if not lease.alive():  # the lease was ended: only the outcomes written after that are durable
+            gone = [r for r in rans if r.written and r.lease_gone and r.outcome is not None]
+            return BatchRun([r.outcome for r in gone if r.outcome is not None], jobs=[r.claimed for r in gone],
+                            handler_seconds=phase, side_by_side=True)
+        outcomes: list[Outcome] = []
+        reported: list[ClaimedJob] = []
+        done: list[tuple[ClaimedJob, int, str | None]] = []
+        out_of_time = False
+        for r in rans:
+            if r.outcome is None:  # not started: released at the COMMIT
+                out_of_time = True
+            elif r.written:
+                outcomes.append(r.outcome)
+                reported.append(r.claimed)
+            else:
+                done.append((r.claimed, r.attempt, r.outcome.result if isinstance(r.outcome, Done) else None))
+        ran = len(outcomes) + len(done)
+        # the handlers' mean time: what the batch's jobs cost one after another (ClaimSize.instant)
+        seconds_per_job = sum(r.took for r in rans) / ran if ran else None
+        if before_commit is not None:
+            before_commit()
+        outcomes.extend(self.completer.finish_batch(lease, batch_id, done, batch[0].claimed_at, slot))  # and COMMIT
+        reported.extend(claimed for claimed, _, _ in done)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("slot %s: batch %s of %d job(s) side by side committed", slot, batch_id, len(batch))
+        return BatchRun(outcomes, out_of_time, seconds_per_job, handler_seconds=phase, jobs=reported,
+                        side_by_side=True)
 
     def _run_jobs(self, lease: "Lease", batch: list[ClaimedJob], slot: str, budget: float,
                   stopping: threading.Event, batch_id: int, suspects: "set[int]",

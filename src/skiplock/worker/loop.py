@@ -57,6 +57,13 @@ HOOKS_DRAIN_SECONDS = 5.0
 STARTUP_RECONNECT_SECONDS = 60.0
 
 
+class Sleeper(threading.Event):
+    """An idle slot's wake-up (``Worker._idle``). ``work``: set by ``Worker.hand`` -- a batch-mate for
+    the slot to run (side_by_side.py), after which it sleeps on -- or None: woken to claim."""
+
+    work: "Callable[[], None] | None" = None
+
+
 class Worker:
     """Claims and runs jobs. Create it with :meth:`App.worker`.
 
@@ -67,7 +74,9 @@ class Worker:
     flow-controlled jobs (turns of their own; None: a share of ``batching.FLOW_TURNS`` per live
     worker process); ``batch_wait`` (seconds, None: off) how long a ready job may wait
     behind its batch-mates while other slots are idle -- a claim then takes no more jobs than start
-    within it. They make the worker's :class:`.batching.BatchPolicy`; pass
+    within it; ``side_by_side`` (default on) whether a batch of jobs that are not near-instant starts
+    them together on idle slots, in its one transaction (:mod:`.side_by_side`), rather than one after
+    another. They make the worker's :class:`.batching.BatchPolicy`; pass
     ``batch_policy=`` instead to decide batching otherwise (``batching.WholeBatches``, say). See
     :mod:`.batching` and docs/batches.md.
 
@@ -89,7 +98,8 @@ class Worker:
                  batch_wait: float | None = DEFAULT_BATCH_WAIT, listen: bool = True,
                  rescue_interval: float = 5.0, fail_unknown_tasks: bool = False, adaptive_limit: bool = True,
                  batch_policy: BatchPolicy | None = None, metrics_interval: float = 15.0,
-                 flow_batch_slots: int | None = None, schema_check_interval: float = SCHEMA_CHECK_INTERVAL):
+                 flow_batch_slots: int | None = None, schema_check_interval: float = SCHEMA_CHECK_INTERVAL,
+                 side_by_side: bool = True):
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         if queues is not None:
@@ -109,7 +119,8 @@ class Worker:
         self.max_reconnect_delay = max_reconnect_delay
         self.recovery: Reconnects | None = None  # set by run(): shared by the slots, listener and services
         self.batching = batch_policy if batch_policy is not None else BatchPolicy(
-            batch_size, batch_budget, batch_slots, batch_wait=batch_wait, flow_batch_slots=flow_batch_slots)
+            batch_size, batch_budget, batch_slots, batch_wait=batch_wait, flow_batch_slots=flow_batch_slots,
+            side_by_side=side_by_side)
         self.batch_budget = self.batching.batch_budget
         self.rescue_interval = rescue_interval
         self.schema_check_interval = check_interval(schema_check_interval)
@@ -129,7 +140,7 @@ class Worker:
         self._found_all_at = 0  # the number of the latest-begun claim that found every available job
         # Slots waiting in _idle and not yet woken, each by its own event, the most recently idle last:
         # wake-ups take them from the end (see wake()).
-        self._sleepers: list[threading.Event] = []
+        self._sleepers: list[Sleeper] = []
         self.maintenance = maintenance
         self.prune_interval = prune_interval
         self.services: list[Service] = []
@@ -178,6 +189,33 @@ class Worker:
             for event in woken:  # under the lock: a slot whose wait timed out sees it set or listed
                 event.set()
 
+    def hand(self, works: "list[Callable[[], None]]") -> int:
+        """Hand ``works`` (a batch's jobs, side_by_side.py) to idle slots, one each, the longest idle
+        first (the last one is the polling slot, see ``_idle``): returns how many were handed, the
+        first ones of ``works``. A slot runs what it is handed and goes back to sleep, unless a
+        wake-up it must not sleep through came meanwhile; while it runs it, it is not idle: no
+        wake-up and no other hand-off reaches it."""
+        with self._wake_up:
+            n = min(len(works), len(self._sleepers))
+            taken, self._sleepers = self._sleepers[:n], self._sleepers[n:]
+            for sleeper, work in zip(taken, works):  # under the lock, as wake(): see _idle
+                sleeper.work = work
+                sleeper.set()
+        return n
+
+    def _hand_then_wake(self, slots: int) -> "Callable[[list[Callable[[], None]]], int]":
+        """``hand`` for one batch: after its first hand-out, ``slots`` wake-ups (of the claim that came
+        back full: more jobs may wait), so those go to the slots its jobs left idle."""
+        pending = [slots]
+
+        def hand(works: "list[Callable[[], None]]") -> int:
+            n = self.hand(works)
+            if pending[0]:
+                self.wake(every=False, slots=pending[0])
+                pending[0] = 0
+            return n
+        return hand
+
     @property
     def _sleeping(self) -> int:
         """Slots waiting in ``_idle`` and not yet woken."""
@@ -198,26 +236,39 @@ class Worker:
         returned), and a poll that finds a full claim wakes more slots. Without a listener every
         slot polls: polling is all it has. Idle, 2 processes x 32 slots used to claim 129 times a
         second for nothing."""
-        event = threading.Event()
-        with self._wake_up:
-            if self._stopping.is_set() or self._wakes != since:
-                return
-            if self._unserved:
-                self._unserved = False  # this slot's claim serves it (see _claim_begins)
-                return
-            self._sleepers.append(event)
+        event = Sleeper()
+        if not self._sleep(event, since):
+            return
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             wait = self.poll_interval if deadline is None else min(self.poll_interval, deadline - time.monotonic())
-            if event.wait(max(0.0, wait)):
-                return  # woken: wake() took it off the list
-            with self._wake_up:
-                if event.is_set():
-                    return
-                if (self._stopping.is_set() or (deadline is not None and time.monotonic() >= deadline)
-                        or not self._listening() or self._sleepers[-1] is event):
-                    self._sleepers.remove(event)
-                    return
+            if not event.wait(max(0.0, wait)):
+                with self._wake_up:
+                    if not event.is_set():
+                        if (self._stopping.is_set() or (deadline is not None and time.monotonic() >= deadline)
+                                or not self._listening() or self._sleepers[-1] is event):
+                            self._sleepers.remove(event)
+                            return
+                        continue
+            # woken: wake() or hand() took it off the list
+            work, event.work = event.work, None
+            if work is None:
+                return
+            event.clear()
+            work()  # a batch-mate handed to this idle slot (side_by_side.py): then back to sleep
+            if not self._sleep(event, since):
+                return
+
+    def _sleep(self, event: "Sleeper", since: int) -> bool:
+        """Put this slot on the sleepers' list (see ``_idle``); False: it claims at once instead."""
+        with self._wake_up:
+            if self._stopping.is_set() or self._wakes != since:
+                return False
+            if self._unserved:
+                self._unserved = False  # this slot's claim serves it (see _claim_begins)
+                return False
+            self._sleepers.append(event)
+            return True
 
     def _claim_begins(self) -> int:
         """A slot is about to claim: its number (claims are numbered in the order they begin). The
@@ -495,18 +546,24 @@ class Worker:
                                 if not claimed:  # nothing written, nothing locked (a flow claim let its own go)
                                     lease.let_go()
                                 else:
+                                    more = 0
                                     if len(claimed) >= size.value:
-                                        self.wake(every=False, slots=2)  # there may be more: let idle slots look
+                                        more = 2  # there may be more: let idle slots look
                                     elif len(claimed) >= limit:
-                                        # a share (BatchPolicy.share) came back full: one more slot looks
-                                        self.wake(every=False, slots=1)
+                                        more = 1  # a share (BatchPolicy.share) came back full: one more slot looks
+                                    hand = None
+                                    if self.claimer.side.get(index):  # side by side: idle slots are
+                                        hand = self._hand_then_wake(more)  # its jobs' first, then wake-ups
+                                    elif more:
+                                        self.wake(every=False, slots=more)
                                     self._busy.add(index)
                                     started: set[int] | None = None  # which jobs ran, for a fair batch's cursor
                                     ran_all = False  # every job claimed ran (none released at the COMMIT)
                                     try:
                                         early = turn and early_turns  # see Capabilities.claim_while_committing
                                         run = executor.run_batch(lease, claimed, slot_name, self.batch_budget,
-                                                                 self._stopping, let_turn_go if early else None)
+                                                                 self._stopping, let_turn_go if early else None,
+                                                                 hand=hand)
                                         started = None if run.jobs is None else {c.id for c in run.jobs}
                                         ran_all = not run.out_of_time and len(run.outcomes) == len(claimed)
                                         for outcome in run.outcomes:

@@ -1,0 +1,191 @@
+"""Batch-mates side by side: the jobs of one claim start together on the worker's idle slots, inside
+the claim's one transaction.
+
+Why. A batch used to run its jobs one after another on its slot: with 1 ms jobs offered at half the
+capacity, a claim of eight kept its last job about 9 ms behind its batch-mates while other slots sat
+idle (pickup p50 10-12 ms, p99 45-60 ms; docs/benchmarks.md, "Session 24"). Now a claim of jobs that
+take a while (``BatchPolicy.runs_side_by_side``: the slot's last batch was not near-instant) takes one
+job for its own slot and one per idle slot (``plan``), at most its claim size, and hands the others to
+the idle slots (``Worker.hand``): each idle slot runs the job it is handed and goes back to sleep. A
+slot that goes idle while the batch runs takes the jobs not yet started (they are offered again before
+each job the claiming slot starts next). With no slot idle the claim is sized as before
+(``BatchPolicy.share``). Either way: one claim and one COMMIT for the batch.
+
+Guarantees (the executor's are unchanged):
+
+- **The transaction is still the lease**, for every job of the batch: the claim, each handler's
+  database work in its savepoint, each outcome and the one COMMIT are in it; a rollback of any kind
+  returns every job of the batch.
+- **One user of the connection at a time.** A handler's first read of ``job.conn`` takes the batch's
+  connection lock, then its savepoint; the lock is held until that job's outcome is written and its
+  savepoint released. Handlers that never touch the database run in parallel; the database parts of
+  those that do run one after another, each in its own savepoint (never interleaved).
+- **At most ``concurrency`` handlers run at once**: a job is only ever handed to a slot that is idle
+  (waiting for a wake-up, holding no transaction), and a slot runs one handler at a time. While it
+  runs a batch-mate it is not idle: no wake-up and no other hand-off reaches it.
+- **Nothing outlives its batch**: the claiming slot waits for every job it handed out before it
+  commits, rolls back or raises (an exception one of them raised -- a cancel that ended the session,
+  say -- is raised once all are back).
+- The batch's budget still holds: a job not started ``batch_budget`` seconds after the batch began is
+  not started, and is released at the COMMIT.
+
+Not side by side (one after another on the claiming slot, as before): near-instant jobs (a hand-off
+to another thread costs more than they do; such batches take turns instead, see batching.py), batches
+with a suspect, a cancel request or a job that cannot run (unknown task, attempts used up),
+flow-controlled batches (a key's flow slots are shared by its jobs in the batch, which must not run at
+once), tracing on (the trace context is read on the lease), and the asyncio worker.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from ..job import Done, Outcome
+from .handler import make_job
+
+if TYPE_CHECKING:
+    from ..app import Task
+    from .batching import BatchPolicy, ClaimSize
+    from ..backend.base import ClaimedJob, Lease
+    from .executor import Executor
+
+
+@dataclass
+class Ran:
+    """What one job of a side-by-side batch came to: its outcome, whether that outcome was written
+    (else: a ``Done`` left for the batch's ``finish_batch``), and whether the lease was gone right
+    after the write (then the write was the fresh transaction's: durable, see Completer.write)."""
+
+    claimed: "ClaimedJob"
+    attempt: int
+    outcome: Outcome | None  # None: not started (the batch's budget ran out first, or stopping)
+    written: bool = False
+    lease_gone: bool = False
+    took: float = 0.0  # handler seconds
+
+
+Hand = Callable[[list[Callable[[], None]]], int]
+
+
+class SideBySide:
+    """Runs batches side by side for one worker's slots (see the module docstring)."""
+
+    def run(self, ex: "Executor", lease: "Lease", batch: "list[ClaimedJob]", tasks: "list[Task]", slot: str,
+            deadline: float, stopping: threading.Event, hand: Hand) -> list[Ran]:
+        """Run ``batch`` (``tasks[i]`` is ``batch[i]``'s): its first job on this thread, and the others
+        handed to idle slots (``hand``: the worker's; it returns how many it could hand, the first
+        ones) -- before the first job starts, and again before each job this thread runs next, so a
+        slot that goes idle meanwhile takes the jobs not yet started. Returns every job's ``Ran``, in
+        batch order, once every one handed out is back; an exception one raised is raised then."""
+        lock = threading.Lock()
+        started_at = batch[0].claimed_at
+        handlers = ex.handlers
+        results: list[Ran | None] = [None] * len(batch)
+        futures: list[tuple[int, Future[Ran]]] = []
+        pending = list(range(1, len(batch)))  # not started, not handed out
+
+        def one(i: int) -> Ran:
+            return self._one(ex, lease, batch[i], tasks[i], slot, started_at, lock, deadline, stopping)
+
+        def helping(i: int, future: "Future[Ran]") -> Callable[[], None]:
+            def work() -> None:  # on the idle slot's thread; never raises
+                try:
+                    handlers.reset()  # this thread's handler time and runs: handed back in the Ran
+                    future.set_result(one(i))
+                except BaseException as exc:  # noqa: BLE001 - the batch's slot raises it
+                    future.set_exception(exc)
+            return work
+
+        def hand_out() -> None:
+            nonlocal pending
+            offered: list[tuple[int, Future[Ran]]] = [(i, Future()) for i in pending]
+            n = hand([helping(i, f) for i, f in offered])
+            futures.extend(offered[:n])
+            pending = pending[n:]
+
+        try:
+            hand_out()
+            results[0] = one(0)
+            while pending:
+                hand_out()
+                if pending:
+                    i = pending.pop(0)
+                    results[i] = one(i)
+        except BaseException:
+            try:  # every job handed out is back before anything else happens to the lease
+                self._join(futures, results)
+            except BaseException:  # noqa: BLE001 - this thread's own exception goes up, not a helper's
+                pass
+            raise
+        self._join(futures, results)
+        ran = handlers.ran
+        for i, _ in futures:
+            r = results[i]
+            if r is not None and r.outcome is not None:
+                ran[r.claimed.id] = (r.attempt, r.took)
+        return [r for r in results if r is not None]
+
+    @staticmethod
+    def _join(futures: "list[tuple[int, Future[Ran]]]", results: "list[Ran | None]") -> None:
+        """Wait for every job handed out (its ``Ran`` into ``results``); then raise the first exception
+        one of them raised, if any."""
+        error: BaseException | None = None
+        for i, future in futures:
+            try:
+                results[i] = future.result()
+            except BaseException as exc:  # noqa: BLE001 - raised once all are back
+                error = error or exc
+        if error is not None:
+            raise error
+
+    @staticmethod
+    def _one(ex: "Executor", lease: "Lease", claimed: "ClaimedJob", task: "Task", slot: str,
+             started_at: "object", lock: threading.Lock, deadline: float, stopping: threading.Event) -> Ran:
+        """One job of the batch: its handler, and (unless it is a ``Done`` that never touched the
+        database) its outcome written at once, under the batch's connection lock."""
+        attempt = claimed.attempts + 1
+        if time.monotonic() > deadline or stopping.is_set():
+            return Ran(claimed, attempt, None)
+        holding = False
+
+        def before_conn() -> None:  # the handler's first read of job.conn: the lock, then its savepoint
+            nonlocal holding
+            lock.acquire()
+            holding = True
+            lease.savepoint()
+
+        completer = ex.completer
+        began = time.perf_counter()
+        try:
+            job = make_job(claimed, attempt, slot, lease, before_conn)
+            outcome = ex.handlers.handle(task, job, claimed, attempt, lease)
+            took = time.perf_counter() - began
+            touched = job._before_conn is None
+            if isinstance(outcome, Done) and not touched:
+                return Ran(claimed, attempt, outcome, took=took)
+            if not holding:
+                lock.acquire()
+                holding = True
+            if touched:
+                outcome = completer.still_leased(lease, task, attempt, claimed, outcome)
+            outcome = completer.write(lease, claimed, attempt, outcome, started_at, slot, touched)  # type: ignore[arg-type]
+            if touched:
+                completer.release(lease)
+            return Ran(claimed, attempt, outcome, written=True, lease_gone=not lease.alive(), took=took)
+        finally:
+            if holding:
+                lock.release()
+
+
+def plan(policy: "BatchPolicy", size: "ClaimSize", idle: int, tracing: bool) -> int:
+    """How many jobs a claim takes to run side by side: one for the claiming slot and one per
+    ``idle`` slot, at most ``size.value``; 1: side by side, but no slot is idle now -- the claim is
+    sized as before (``BatchPolicy.share``) and its jobs are handed out as slots go idle; 0: not side
+    by side (``BatchPolicy.runs_side_by_side`` says no, or tracing is on)."""
+    if tracing or size.value <= 1 or not policy.runs_side_by_side(size):
+        return 0
+    return 1 + min(size.value - 1, idle)
