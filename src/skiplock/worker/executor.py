@@ -62,6 +62,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("skiplock.worker")
 
 
+def _nothing(k: int) -> Callable[[], None]:
+    raise AssertionError("nothing to hand out")
+
+
 class Executor:
     """Executes claimed jobs for one worker; shared by its slots (it holds no per-job state)."""
 
@@ -119,7 +123,7 @@ class Executor:
                    stopping: threading.Event, before_commit: Callable[[], None] | None, hand: Hand | None) -> BatchRun:
         alone = self.alone(batch[0].task)
         if hand is not None and (alone or len(batch) == 1 or self.alone(batch[1].task)):
-            hand([])  # not a batch: nothing to hand out (the wake-ups it owes go out now)
+            hand(0, _nothing)  # not a batch: nothing to hand out (the wake-ups it owes go out now)
             hand = None
         if alone:
             task = self.app.tasks[batch[0].task]
@@ -168,7 +172,7 @@ class Executor:
         batch_id, suspects, cancels = self.bookkeeping.run(
             lambda c: backend.start_batch(c, batch, slot, lease.session_id), again=False)
         if suspects and hand is not None:
-            hand([])  # not side by side (the wake-ups it owes go out now)
+            hand(0, _nothing)  # not side by side (the wake-ups it owes go out now)
             hand = None
         if suspects:  # one may crash its worker: it runs alone, the jobs after it are released at COMMIT
             first = next(i for i, claimed in enumerate(batch) if claimed.id in suspects)
@@ -185,7 +189,7 @@ class Executor:
             return self._run_side_by_side(lease, batch, tasks, slot, budget, stopping, batch_id, hand,
                                           before_commit)
         if hand is not None:
-            hand([])  # (handing nothing: the wake-ups it owes go out now)
+            hand(0, _nothing)  # (handing nothing: the wake-ups it owes go out now)
         return self._run_jobs(lease, batch, slot, budget, stopping, batch_id, suspects, cancels, before_commit)
 
     def _side_by_side(self, batch: list[ClaimedJob], suspects: "set[int]", cancels: "dict[int, str]",

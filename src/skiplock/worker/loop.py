@@ -189,27 +189,29 @@ class Worker:
             for event in woken:  # under the lock: a slot whose wait timed out sees it set or listed
                 event.set()
 
-    def hand(self, works: "list[Callable[[], None]]") -> int:
-        """Hand ``works`` (a batch's jobs, side_by_side.py) to idle slots, one each, the longest idle
-        first (the last one is the polling slot, see ``_idle``): returns how many were handed, the
-        first ones of ``works``. A slot runs what it is handed and goes back to sleep, unless a
-        wake-up it must not sleep through came meanwhile; while it runs it, it is not idle: no
-        wake-up and no other hand-off reaches it."""
+    def hand(self, most: int, work_for: "Callable[[int], Callable[[], None]]") -> int:
+        """Hand ``work_for(0)``, ``work_for(1)``, ... (a batch's jobs, side_by_side.py) to up to
+        ``most`` idle slots, one each, the longest idle first (the last one is the polling slot, see
+        ``_idle``); returns how many were handed. A slot runs what it is handed and goes back to
+        sleep, unless a wake-up it must not sleep through came meanwhile; while it runs it, it is not
+        idle: no wake-up and no other hand-off reaches it."""
+        if most <= 0 or not self._sleepers:  # (a hint read without the lock: none idle, nothing to do)
+            return 0
         with self._wake_up:
-            n = min(len(works), len(self._sleepers))
+            n = min(most, len(self._sleepers))
             taken, self._sleepers = self._sleepers[:n], self._sleepers[n:]
-            for sleeper, work in zip(taken, works):  # under the lock, as wake(): see _idle
-                sleeper.work = work
+            for k, sleeper in enumerate(taken):  # under the lock, as wake(): see _idle
+                sleeper.work = work_for(k)
                 sleeper.set()
         return n
 
-    def _hand_then_wake(self, slots: int) -> "Callable[[list[Callable[[], None]]], int]":
+    def _hand_then_wake(self, slots: int) -> "Callable[[int, Callable[[int], Callable[[], None]]], int]":
         """``hand`` for one batch: after its first hand-out, ``slots`` wake-ups (of the claim that came
         back full: more jobs may wait), so those go to the slots its jobs left idle."""
         pending = [slots]
 
-        def hand(works: "list[Callable[[], None]]") -> int:
-            n = self.hand(works)
+        def hand(most: int, work_for: "Callable[[int], Callable[[], None]]") -> int:
+            n = self.hand(most, work_for)
             if pending[0]:
                 self.wake(every=False, slots=pending[0])
                 pending[0] = 0

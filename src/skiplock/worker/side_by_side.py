@@ -68,7 +68,8 @@ class Ran:
     took: float = 0.0  # handler seconds
 
 
-Hand = Callable[[list[Callable[[], None]]], int]
+# hand(n, work_for): hands work_for(0), work_for(1), ... to up to n idle slots; returns how many
+Hand = Callable[[int, Callable[[int], Callable[[], None]]], int]
 
 
 class SideBySide:
@@ -100,11 +101,14 @@ class SideBySide:
                     future.set_exception(exc)
             return work
 
+        def work_for(k: int) -> Callable[[], None]:  # the k-th job not yet started, handed out
+            future: Future[Ran] = Future()
+            futures.append((pending[k], future))
+            return helping(pending[k], future)
+
         def hand_out() -> None:
             nonlocal pending
-            offered: list[tuple[int, Future[Ran]]] = [(i, Future()) for i in pending]
-            n = hand([helping(i, f) for i, f in offered])
-            futures.extend(offered[:n])
+            n = hand(len(pending), work_for)
             pending = pending[n:]
 
         try:
