@@ -1,8 +1,9 @@
 """Batching, in one place: which jobs may share a lease transaction, how many one claim takes, and
 how many slots run batches at once.
 
-A batch is several jobs claimed by one statement and run one after another in that claim's
-transaction, each in its own savepoint when its handler touches the database, with one COMMIT for
+A batch is several jobs claimed by one statement and run in that claim's transaction -- side by
+side on the process's idle slots when they are not near-instant (worker/side_by_side.py), else one
+after another -- each in its own savepoint when its handler touches the database, with one COMMIT for
 all (``Executor.run_batch``). What decides it lives here, in :class:`BatchPolicy`, which a worker
 takes as ``batch_policy=`` (tests and special deployments steer batching through it, never by
 patching internals):
@@ -159,8 +160,8 @@ class BatchPolicy:
     and ``flow_batch_slots`` how many may run such batches of flow-controlled jobs (turns of their
     own, besides ``batch_slots``; None: ``FLOW_TURNS`` shared by the live worker processes, see
     ``live_processes``); ``instant_seconds``: the mean time per job under which a batch counts as near-instant;
-    ``side_by_side``: a batch that is not near-instant runs its jobs at the same time on the worker's free
-    handler units (worker/side_by_side.py), else one after another."""
+    ``side_by_side``: a batch that is not near-instant runs its jobs at the same time on the worker's idle
+    slots (worker/side_by_side.py), else one after another."""
 
     def __init__(self, batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = 0.05, batch_slots: int = 1, *,
                  batch_wait: float | None = DEFAULT_BATCH_WAIT, instant_seconds: float = 0.0005,
@@ -286,8 +287,9 @@ class BatchPolicy:
 class WholeBatches(BatchPolicy):
     """Every claim takes ``batch_size`` jobs from the first on, and every task counts as fast (only
     claimed-lease and timed tasks run alone): batches are exactly jobs 1..N, N+1..2N, ... of the queue,
-    run one after another unless ``side_by_side=True`` (then a claim takes no more jobs than it has
-    handler units for). For tests and benchmarks that need batches of a known shape."""
+    run one after another unless ``side_by_side=True`` (then, measured or not, a claim takes one job for
+    its slot and one per idle slot, and they start together). For tests and benchmarks that need
+    batches of a known shape."""
 
     def __init__(self, batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = 0.05, batch_slots: int = 1, *,
                  side_by_side: bool = False, **options: Any):

@@ -221,13 +221,12 @@ class Claimer:
         """The plain claim (no flow control): up to ``size`` jobs of the unlimited tasks. ``only``: no
         flow claim is in play, so a claim that comes back short found every job available to the
         worker (``found_all``)."""
-        # One job for this slot and one per idle slot: they start together (side_by_side.py).
-        side = plan(self.w.batching, size, self.w._sleeping, self.w.app.tracing is not None)
-        self.side[index] = bool(side)
-        if side > 1:
-            limit, turn = side, False
+        # Side by side: the whole claim size, its jobs handed to the slots idle meanwhile (side_by_side.py).
+        side = self.side[index] = plan(self.w.batching, size, self.w.app.tracing is not None)
+        if side and self.w._sleeping:
+            limit, turn = size.value, False
             self.limits[index] = limit
-        else:  # (no slot idle: sized as before, its jobs handed out as slots go idle)
+        else:  # (no slot idle: sized as before; its jobs go to the slots that go idle meanwhile)
             limit, turn = self._take_turn(size, index)
             if limit == 0:
                 return [], False

@@ -212,13 +212,11 @@ class Executor:
         """The jobs of batch ``batch_id`` side by side (side_by_side.py), then its COMMIT: each
         outcome as ``_run_jobs`` writes it; a lease ended meanwhile reports only the outcomes
         written from a fresh transaction after it was gone (the rest run again)."""
-        began = time.perf_counter()
-        rans = self.side.run(self, lease, batch, tasks, slot, time.monotonic() + budget, stopping, hand)
-        phase = time.perf_counter() - began
+        rans, handler_seconds = self.side.run(self, lease, batch, tasks, slot, time.monotonic() + budget, stopping, hand)
         if not lease.alive():  # the lease was ended: only the outcomes written after that are durable
             gone = [r for r in rans if r.written and r.lease_gone and r.outcome is not None]
             return BatchRun([r.outcome for r in gone if r.outcome is not None], jobs=[r.claimed for r in gone],
-                            handler_seconds=phase, side_by_side=True)
+                            handler_seconds=handler_seconds, side_by_side=True)
         outcomes: list[Outcome] = []
         reported: list[ClaimedJob] = []
         done: list[tuple[ClaimedJob, int, str | None]] = []
@@ -240,7 +238,7 @@ class Executor:
         reported.extend(claimed for claimed, _, _ in done)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("slot %s: batch %s of %d job(s) side by side committed", slot, batch_id, len(batch))
-        return BatchRun(outcomes, out_of_time, seconds_per_job, handler_seconds=phase, jobs=reported,
+        return BatchRun(outcomes, out_of_time, seconds_per_job, handler_seconds=handler_seconds, jobs=reported,
                         side_by_side=True)
 
     def _run_jobs(self, lease: "Lease", batch: list[ClaimedJob], slot: str, budget: float,

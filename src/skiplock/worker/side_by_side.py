@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
@@ -50,6 +51,7 @@ from .handler import make_job
 if TYPE_CHECKING:
     from ..app import Task
     from .batching import BatchPolicy, ClaimSize
+    from .handler import Handlers
     from ..backend.base import ClaimedJob, Lease
     from .executor import Executor
 
@@ -76,75 +78,99 @@ class SideBySide:
     """Runs batches side by side for one worker's slots (see the module docstring)."""
 
     def run(self, ex: "Executor", lease: "Lease", batch: "list[ClaimedJob]", tasks: "list[Task]", slot: str,
-            deadline: float, stopping: threading.Event, hand: Hand) -> list[Ran]:
-        """Run ``batch`` (``tasks[i]`` is ``batch[i]``'s): its first job on this thread, and the others
-        handed to idle slots (``hand``: the worker's; it returns how many it could hand, the first
-        ones) -- before the first job starts, and again before each job this thread runs next, so a
-        slot that goes idle meanwhile takes the jobs not yet started. Returns every job's ``Ran``, in
-        batch order, once every one handed out is back; an exception one raised is raised then."""
-        lock = threading.Lock()
+            deadline: float, stopping: threading.Event, hand: Hand) -> tuple[list[Ran], float]:
+        """Run ``batch`` (``tasks[i]`` is ``batch[i]``'s) as one queue of jobs, in batch order: this
+        thread and every idle slot it is handed to (``hand``: the worker's; it returns how many it
+        could hand) take the next job not yet started, one at a time, until none is left; before each
+        job it takes, each of them hands the queue to the slots idle by then, so a slot that goes
+        idle while jobs wait takes one. Returns every job's ``Ran``, in batch order, and the handler
+        time of the thread that spent the most in handlers, once every slot it was handed to is
+        back; an exception one of them raised is raised then (the others take no further job after
+        it)."""
+        lock = threading.Lock()  # the batch's connection: see _one
         started_at = batch[0].claimed_at
         handlers = ex.handlers
         results: list[Ran | None] = [None] * len(batch)
-        futures: list[tuple[int, Future[Ran]]] = []
-        pending = list(range(1, len(batch)))  # not started, not handed out
+        waiting = deque(range(len(batch)))  # not started yet
+        helpers: list[Future[list[int]]] = []
+        stop: list[BaseException] = []
 
-        def one(i: int) -> Ran:
-            return self._one(ex, lease, batch[i], tasks[i], slot, started_at, lock, deadline, stopping)
+        def take() -> int | None:
+            try:
+                return None if stop else waiting.popleft()  # (deque.popleft is atomic)
+            except IndexError:
+                return None
 
-        def helping(i: int, future: "Future[Ran]") -> Callable[[], None]:
-            def work() -> None:  # on the idle slot's thread; never raises
+        def run_queue(mine: list[int]) -> None:
+            while True:
+                if waiting and not stop:
+                    hand(len(waiting), helping)
+                i = take()
+                if i is None:
+                    return
                 try:
-                    handlers.reset()  # this thread's handler time and runs: handed back in the Ran
-                    future.set_result(one(i))
+                    results[i] = self._one(ex, lease, batch[i], tasks[i], slot, started_at, lock, deadline,
+                                           stopping)
+                except BaseException as exc:
+                    stop.append(exc)
+                    raise
+                mine.append(i)
+
+        def helping(k: int) -> Callable[[], None]:
+            future: Future[list[int]] = Future()
+            helpers.append(future)
+
+            def work() -> None:  # on the idle slot's thread; never raises
+                handlers.reset()  # this thread's handler time and runs: handed back in each Ran
+                mine: list[int] = []
+                try:
+                    run_queue(mine)
+                    future.set_result(mine)
                 except BaseException as exc:  # noqa: BLE001 - the batch's slot raises it
                     future.set_exception(exc)
             return work
 
-        def work_for(k: int) -> Callable[[], None]:  # the k-th job not yet started, handed out
-            future: Future[Ran] = Future()
-            futures.append((pending[k], future))
-            return helping(pending[k], future)
-
-        def hand_out() -> None:
-            nonlocal pending
-            n = hand(len(pending), work_for)
-            pending = pending[n:]
-
         try:
-            hand_out()
-            results[0] = one(0)
-            while pending:
-                hand_out()
-                if pending:
-                    i = pending.pop(0)
-                    results[i] = one(i)
+            run_queue([])
         except BaseException:
-            try:  # every job handed out is back before anything else happens to the lease
-                self._join(futures, results)
+            try:  # every slot handed the queue is back before anything else happens to the lease
+                self._join(helpers, handlers)
             except BaseException:  # noqa: BLE001 - this thread's own exception goes up, not a helper's
                 pass
             raise
-        self._join(futures, results)
-        ran = handlers.ran
-        for i, _ in futures:
-            r = results[i]
-            if r is not None and r.outcome is not None:
-                ran[r.claimed.id] = (r.attempt, r.took)
-        return [r for r in results if r is not None]
+        longest = self._join(helpers, handlers, results)
+        # the batch's handler time as its lease saw it: the busiest thread's (they ran at once)
+        return [r for r in results if r is not None], max(handlers.seconds, longest)
 
     @staticmethod
-    def _join(futures: "list[tuple[int, Future[Ran]]]", results: "list[Ran | None]") -> None:
-        """Wait for every job handed out (its ``Ran`` into ``results``); then raise the first exception
-        one of them raised, if any."""
+    def _join(helpers: "list[Future[list[int]]]", handlers: "Handlers",
+              results: "list[Ran | None] | None" = None) -> float:
+        """Wait for every slot the queue was handed to (more may join while it waits: each one that
+        runs a job may hand it on); their jobs' handler times go to this thread's ``handlers.ran``.
+        Then raise the first exception one of them raised, if any; else return the most handler time
+        one of them spent."""
         error: BaseException | None = None
-        for i, future in futures:
+        longest = 0.0
+        n = 0
+        while n < len(helpers):
+            future = helpers[n]
+            n += 1
             try:
-                results[i] = future.result()
+                ran = future.result()
             except BaseException as exc:  # noqa: BLE001 - raised once all are back
                 error = error or exc
+                continue
+            if results is not None:
+                spent = 0.0
+                for i in ran:
+                    r = results[i]
+                    if r is not None and r.outcome is not None:
+                        handlers.ran[r.claimed.id] = (r.attempt, r.took)
+                        spent += r.took
+                longest = max(longest, spent)
         if error is not None:
             raise error
+        return longest
 
     @staticmethod
     def _one(ex: "Executor", lease: "Lease", claimed: "ClaimedJob", task: "Task", slot: str,
@@ -185,11 +211,9 @@ class SideBySide:
                 lock.release()
 
 
-def plan(policy: "BatchPolicy", size: "ClaimSize", idle: int, tracing: bool) -> int:
-    """How many jobs a claim takes to run side by side: one for the claiming slot and one per
-    ``idle`` slot, at most ``size.value``; 1: side by side, but no slot is idle now -- the claim is
-    sized as before (``BatchPolicy.share``) and its jobs are handed out as slots go idle; 0: not side
-    by side (``BatchPolicy.runs_side_by_side`` says no, or tracing is on)."""
-    if tracing or size.value <= 1 or not policy.runs_side_by_side(size):
-        return 0
-    return 1 + min(size.value - 1, idle)
+def plan(policy: "BatchPolicy", size: "ClaimSize", tracing: bool) -> bool:
+    """Whether a claim of ``size`` runs its batch side by side: its claim then takes the whole claim
+    size (no ``batch_wait`` share: its jobs wait for no batch-mate while a slot is idle), and the
+    jobs are handed to the slots idle while it runs. Not with tracing on, not for a claim of one
+    job, and only where ``BatchPolicy.runs_side_by_side`` says so."""
+    return not tracing and size.value > 1 and policy.runs_side_by_side(size)
