@@ -3,12 +3,12 @@ the claim's one transaction.
 
 Why. A batch used to run its jobs one after another on its slot: with 1 ms jobs offered at half the
 capacity, a claim of eight kept its last job about 9 ms behind its batch-mates while other slots sat
-idle (pickup p50 10-12 ms, p99 45-60 ms; docs/benchmarks.md, "Session 24"). Now a claim of jobs that
-take a while (``BatchPolicy.runs_side_by_side``: the slot's last batch was not near-instant) takes one
-job for its own slot and one per idle slot (``plan``), at most its claim size, and hands the others to
-the idle slots (``Worker.hand``): each idle slot runs the job it is handed and goes back to sleep. A
-slot that goes idle while the batch runs takes the jobs not yet started (they are offered again before
-each job the claiming slot starts next). With no slot idle the claim is sized as before
+idle (pickup p50 10-19 ms, p99 58-102 ms; docs/benchmarks.md, "Session 24"). Now a batch of jobs that
+take a while (``BatchPolicy.runs_side_by_side``: the slot's last batch was not near-instant) is one
+queue: the claiming slot and every idle slot it is handed to (``Worker.hand``) take the next job not
+yet started, one at a time, until none is left, and before each job each of them hands the queue on
+to the slots idle by then. While some slot is idle such a claim takes the whole claim size (``plan``;
+no job waits behind a batch-mate while a slot is free); with none idle it is sized as before
 (``BatchPolicy.share``). Either way: one claim and one COMMIT for the batch.
 
 Guarantees (the executor's are unchanged):
@@ -20,11 +20,11 @@ Guarantees (the executor's are unchanged):
   connection lock, then its savepoint; the lock is held until that job's outcome is written and its
   savepoint released. Handlers that never touch the database run in parallel; the database parts of
   those that do run one after another, each in its own savepoint (never interleaved).
-- **At most ``concurrency`` handlers run at once**: a job is only ever handed to a slot that is idle
-  (waiting for a wake-up, holding no transaction), and a slot runs one handler at a time. While it
-  runs a batch-mate it is not idle: no wake-up and no other hand-off reaches it.
-- **Nothing outlives its batch**: the claiming slot waits for every job it handed out before it
-  commits, rolls back or raises (an exception one of them raised -- a cancel that ended the session,
+- **At most ``concurrency`` handlers run at once**: the queue is only ever handed to a slot that is
+  idle (waiting for a wake-up, holding no transaction), and a slot runs one handler at a time. While
+  it takes jobs from a batch it is not idle: no wake-up and no other hand-off reaches it.
+- **Nothing outlives its batch**: the claiming slot waits for every slot the queue was handed to
+  before it commits, rolls back or raises (an exception one of them raised -- a cancel that ended the session,
   say -- is raised once all are back).
 - The batch's budget still holds: a job not started ``batch_budget`` seconds after the batch began is
   not started, and is released at the COMMIT.
