@@ -46,6 +46,21 @@ def slow(job: Any, seconds: float, first_attempt_only: bool = False) -> None:
         time.sleep(seconds)
 
 
+@app.task(name="side")
+def side(job: Any, started: str, hold: str = "", sleep: float = 0.0) -> None:
+    """Append "job attempt pid" to the file ``started`` (outside the transaction: it survives a kill);
+    write the effect (side by side, one such job at a time has the connection: the others wait for
+    it); then wait while the file ``hold`` exists (at most a minute), or ``sleep``."""
+    with open(started, "a") as f:
+        f.write(f"{job.id} {job.attempt} {os.getpid()}\n")
+    record(job)
+    deadline = time.monotonic() + 60
+    while hold and os.path.exists(hold) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if sleep:
+        time.sleep(sleep)
+
+
 @app.task(name="suicide", max_attempts=3)
 def suicide(job: Any) -> None:
     """A poison job: write the effect, then SIGKILL the worker process running it."""

@@ -104,6 +104,45 @@ def test_sigkill_mid_job_loses_nothing_and_doubles_nothing(dsn, effects, produce
     assert pids == {w.pid for w in workers}
 
 
+def test_sigkill_during_a_side_by_side_batch_loses_nothing_and_doubles_nothing(dsn, effects, producer, spawn,
+                                                                                tmp_path):
+    """A worker killed while a batch's jobs run side by side on its slots (docs/batches.md, "Side by
+    side"): their transaction rolls back, and another worker runs each of them once, uncharged."""
+    db = effects
+    started, hold = tmp_path / "started", tmp_path / "hold"
+    victim = spawn.worker(dsn, "--batch-budget", "1", concurrency=8)  # fast: under 250 ms
+    # Bursts of 8 quick jobs: the task is measured fast but not near-instant, and the claim size of
+    # the permit the next burst's claim takes (the last one given back) grows to 8.
+    for _ in range(6):
+        warm = producer.enqueue_many([("side", {"started": str(started), "sleep": 0.003})] * 8)
+        wait_for(lambda: scalar(db, "SELECT count(*) FROM skiplock.jobs WHERE id = ANY(%s) AND state = 'done'",
+                                [warm]) == 8, 60, "a warm-up burst done", on_timeout=victim.output)
+    hold.touch()
+    ids = producer.enqueue_many([("side", {"started": str(started), "hold": str(hold)})] * 8)
+
+    def running_in_victim() -> set[int]:
+        lines = [line.split() for line in started.read_text().splitlines()]
+        return {int(j) for j, _, pid in lines if int(pid) == victim.pid and int(j) in ids}
+
+    # Several of them started at once in the victim (one holds the connection and waits on `hold`, the
+    # others wait for the connection), so none has finished.
+    wait_for(lambda: len(running_in_victim()) >= 4, 60, "jobs of one batch running side by side",
+             on_timeout=victim.output)
+    killed = in_flight(db, victim)
+    assert set(running_in_victim()) <= {j for j, kind in killed.items() if kind == "batch"}, killed
+    victim.signal(signal.SIGKILL)
+    assert victim.wait() == -signal.SIGKILL
+    hold.unlink()
+    survivor = spawn.worker(dsn, concurrency=2)
+    wait_for(lambda: scalar(db, "SELECT count(*) FROM skiplock.jobs WHERE id = ANY(%s) AND state = 'done'",
+                            [ids]) == 8, 60, "the batch redone", on_timeout=survivor.output)
+    for job_id in ids:
+        runs = effects_of(db, job_id)  # the victim's effects rolled back with it
+        assert runs == [(1, survivor.pid)], (job_id, runs)  # once, by the survivor; the kill charged none
+    survivor.signal(signal.SIGTERM)
+    assert survivor.wait() == 0, survivor.output()[-3000:]
+
+
 def test_poison_job_that_kills_its_worker_ends_failed(dsn, effects, spawn):
     db = effects
     enq = run_cli(dsn, "enqueue", "suicide", "--app", "tasks_app:app")

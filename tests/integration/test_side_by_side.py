@@ -70,21 +70,28 @@ def all_done(db, ids) -> bool:
                       [ids]).fetchone()[0] == len(ids)
 
 
-def test_batch_mates_start_together_on_idle_slots_in_one_transaction(app, db):
-    running = Running()
+def naps(app, db, running: Running, seconds: float, jobs: int, concurrency: int) -> list[int]:
+    """``jobs`` jobs of a task that naps ``seconds`` (recorded in ``running``), run by a worker of
+    ``concurrency`` slots whose claims take 8 jobs side by side; their ids once all are done."""
 
     @app.task(name="nap")
     def nap(job):
         running.enter(job.id)
-        time.sleep(0.5)
+        time.sleep(seconds)
         running.leave(job.id)
 
-    worker, thread = start_worker(app, 8, WholeBatches(8, batch_budget=30, side_by_side=True))
+    worker, thread = start_worker(app, concurrency, WholeBatches(8, batch_budget=30, side_by_side=True))
     try:
-        ids = app.enqueue_many([("nap", {})] * 8)
-        wait_for(lambda: all_done(db, ids), what="the batch done")
+        ids = app.enqueue_many([("nap", {})] * jobs)
+        wait_for(lambda: all_done(db, ids), what="every job done")
     finally:
         stop(worker, thread)
+    return ids
+
+
+def test_batch_mates_start_together_on_idle_slots_in_one_transaction(app, db):
+    running = Running()
+    ids = naps(app, db, running, seconds=0.5, jobs=8, concurrency=8)
     assert batches_of(db, ids) == [ids]  # one claim, one COMMIT
     runs = [running.runs[i] for i in ids]
     # all eight at once: each started before any of them ended (one after another: 4 s)
@@ -138,19 +145,7 @@ def test_side_by_side_handlers_take_turns_on_the_connection_and_a_failure_undoes
 
 def test_never_more_handlers_at_once_than_the_concurrency(app, db):
     running = Running()
-
-    @app.task(name="nap")
-    def nap(job):
-        running.enter(job.id)
-        time.sleep(0.1)
-        running.leave(job.id)
-
-    worker, thread = start_worker(app, 3, WholeBatches(8, batch_budget=30, side_by_side=True))
-    try:
-        ids = app.enqueue_many([("nap", {})] * 24)
-        wait_for(lambda: all_done(db, ids), what="every job done")
-    finally:
-        stop(worker, thread)
+    ids = naps(app, db, running, seconds=0.1, jobs=24, concurrency=3)
     assert running.most == 3  # side by side (more than one at once), never more than three
     assert db.execute("SELECT count(*), max(attempts) FROM skiplock.jobs WHERE id = ANY(%s)", [ids]).fetchone() == (24, 1)
 

@@ -43,6 +43,7 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Callable
 
 from ..job import Done, Outcome
@@ -174,7 +175,7 @@ class SideBySide:
 
     @staticmethod
     def _one(ex: "Executor", lease: "Lease", claimed: "ClaimedJob", task: "Task", slot: str,
-             started_at: "object", lock: threading.Lock, deadline: float, stopping: threading.Event) -> Ran:
+             started_at: datetime, lock: threading.Lock, deadline: float, stopping: threading.Event) -> Ran:
         """One job of the batch: its handler, and (unless it is a ``Done`` that never touched the
         database) its outcome written at once, under the batch's connection lock."""
         attempt = claimed.attempts + 1
@@ -202,7 +203,7 @@ class SideBySide:
                 holding = True
             if touched:
                 outcome = completer.still_leased(lease, task, attempt, claimed, outcome)
-            outcome = completer.write(lease, claimed, attempt, outcome, started_at, slot, touched)  # type: ignore[arg-type]
+            outcome = completer.write(lease, claimed, attempt, outcome, started_at, slot, touched)
             if touched:
                 completer.release(lease)
             return Ran(claimed, attempt, outcome, written=True, lease_gone=not lease.alive(), took=took)
