@@ -58,10 +58,11 @@ STARTUP_RECONNECT_SECONDS = 60.0
 
 
 class Sleeper(threading.Event):
-    """An idle slot's wake-up (``Worker._idle``). ``work``: set by ``Worker.hand`` -- a batch-mate for
-    the slot to run (side_by_side.py), after which it sleeps on -- or None: woken to claim."""
+    """An idle slot's wake-up (``Worker._idle``). ``work``: set by ``Worker.hand`` -- batch-mates for
+    the slot to run (side_by_side.py), after which it sleeps on or claims -- or None: woken to claim."""
 
     work: "Callable[[], None] | None" = None
+    then_claim = False  # after ``work``: claim instead of sleeping on (see Worker.hand)
 
 
 class Worker:
@@ -189,19 +190,20 @@ class Worker:
             for event in woken:  # under the lock: a slot whose wait timed out sees it set or listed
                 event.set()
 
-    def hand(self, most: int, work_for: "Callable[[int], Callable[[], None]]") -> int:
+    def hand(self, most: int, work_for: "Callable[[int], Callable[[], None]]", then_claim: bool = False) -> int:
         """Hand ``work_for(0)``, ``work_for(1)``, ... (a batch's jobs, side_by_side.py) to up to
         ``most`` idle slots, one each, the longest idle first (the last one is the polling slot, see
         ``_idle``); returns how many were handed. A slot runs what it is handed and goes back to
-        sleep, unless a wake-up it must not sleep through came meanwhile; while it runs it, it is not
-        idle: no wake-up and no other hand-off reaches it."""
+        sleep -- or, ``then_claim`` (the batch's claim came back full: more jobs may wait), claims,
+        as a slot woken by a full claim does -- unless a wake-up it must not sleep through came
+        meanwhile; while it runs it, it is not idle: no wake-up and no other hand-off reaches it."""
         if most <= 0 or not self._sleepers:  # (a hint read without the lock: none idle, nothing to do)
             return 0
         with self._wake_up:
             n = min(most, len(self._sleepers))
             taken, self._sleepers = self._sleepers[:n], self._sleepers[n:]
             for k, sleeper in enumerate(taken):  # under the lock, as wake(): see _idle
-                sleeper.work = work_for(k)
+                sleeper.work, sleeper.then_claim = work_for(k), then_claim
                 sleeper.set()
         return n
 
@@ -211,7 +213,7 @@ class Worker:
         pending = [slots]
 
         def hand(most: int, work_for: "Callable[[int], Callable[[], None]]") -> int:
-            n = self.hand(most, work_for)
+            n = self.hand(most, work_for, then_claim=slots > 0)
             if pending[0]:
                 self.wake(every=False, slots=pending[0])
                 pending[0] = 0
@@ -258,7 +260,7 @@ class Worker:
                 return
             event.clear()
             work()  # a batch-mate handed to this idle slot (side_by_side.py): then back to sleep
-            if not self._sleep(event, since):
+            if event.then_claim or not self._sleep(event, since):
                 return
 
     def _sleep(self, event: "Sleeper", since: int) -> bool:
