@@ -51,7 +51,7 @@ from .completer import CancelledWhileRunning, Completer
 from .failures import (MAX_ERROR_CHARS, ResultNotStorable, decide_failure, format_error)  # noqa: F401 - public here too
 from .gate import RunAlone, RunGate  # noqa: F401 - RunAlone: public here too
 from .handler import Handlers, JobTimeout, LeaseTimeout, make_job  # noqa: F401 - public here too
-from .side_by_side import Hand, SideBySide
+from .side_by_side import Hand, SideBySide, no_work
 
 if TYPE_CHECKING:
     from ..app import App, Task
@@ -60,10 +60,6 @@ if TYPE_CHECKING:
     from .watchdog import Watchdog
 
 log = logging.getLogger("skiplock.worker")
-
-
-def _nothing(k: int) -> Callable[[], None]:
-    raise AssertionError("nothing to hand out")
 
 
 class Executor:
@@ -123,7 +119,7 @@ class Executor:
                    stopping: threading.Event, before_commit: Callable[[], None] | None, hand: Hand | None) -> BatchRun:
         alone = self.alone(batch[0].task)
         if hand is not None and (alone or len(batch) == 1 or self.alone(batch[1].task)):
-            hand(0, _nothing)  # not a batch: nothing to hand out (the wake-ups it owes go out now)
+            hand(0, no_work)  # not a batch: nothing to hand out (the wake-ups it owes go out now)
             hand = None
         if alone:
             task = self.app.tasks[batch[0].task]
@@ -172,7 +168,7 @@ class Executor:
         batch_id, suspects, cancels = self.bookkeeping.run(
             lambda c: backend.start_batch(c, batch, slot, lease.session_id), again=False)
         if suspects and hand is not None:
-            hand(0, _nothing)  # not side by side (the wake-ups it owes go out now)
+            hand(0, no_work)  # not side by side (the wake-ups it owes go out now)
             hand = None
         if suspects:  # one may crash its worker: it runs alone, the jobs after it are released at COMMIT
             first = next(i for i, claimed in enumerate(batch) if claimed.id in suspects)
@@ -189,7 +185,7 @@ class Executor:
             return self._run_side_by_side(lease, batch, tasks, slot, budget, stopping, batch_id, hand,
                                           before_commit)
         if hand is not None:
-            hand(0, _nothing)  # (handing nothing: the wake-ups it owes go out now)
+            hand(0, no_work)  # (handing nothing: the wake-ups it owes go out now)
         return self._run_jobs(lease, batch, slot, budget, stopping, batch_id, suspects, cancels, before_commit)
 
     def _side_by_side(self, batch: list[ClaimedJob], suspects: "set[int]", cancels: "dict[int, str]",

@@ -39,6 +39,7 @@ from .governor import Governor, Permit
 from .heartbeat import Heartbeat
 from .listener import Listener
 from .presence import Presence
+from .side_by_side import no_work
 from .schema_watch import SCHEMA_CHECK_INTERVAL, SchemaCheck, SchemaWatch, check_interval
 from .stats import WorkerStats
 from .watchdog import Watchdog
@@ -583,6 +584,8 @@ class Worker:
                                         alone, started = True, set()
                                     finally:
                                         self._busy.discard(index)
+                                        if hand is not None:  # the wake-ups it owes, if it never handed out
+                                            hand(0, no_work)
                                         if self.flow is not None:
                                             self.flow.batch_ran(index, started)
                                     if claimed[0].slots and not self._stopping.is_set():

@@ -75,6 +75,11 @@ class Ran:
 Hand = Callable[[int, Callable[[int], Callable[[], None]]], int]
 
 
+def no_work(k: int) -> Callable[[], None]:
+    """``work_for`` of ``hand(0, no_work)``: a hand-out of nothing (it sends the wake-ups a batch owes)."""
+    raise AssertionError("nothing is handed out")
+
+
 class SideBySide:
     """Runs batches side by side for one worker's slots (see the module docstring)."""
 
