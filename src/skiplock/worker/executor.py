@@ -40,7 +40,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Callable, cast
 
 from ..backend.base import ClaimedJob
 from ..job import Cancelled, Done, Failed, Outcome
@@ -192,15 +193,21 @@ class Executor:
                       hand: Hand | None) -> "list[Task] | None":
         """The batch's tasks if it runs side by side: it may (``hand``), and it holds no job that takes
         the single-job path or must not run at once with its batch-mates (side_by_side.py)."""
-        if hand is None or suspects or cancels or batch[0].slots or self.app.tracing is not None:
+        if hand is None or batch[0].slots or self.app.tracing is not None:
             return None
         tasks: list[Task] = []
         for claimed in batch:
             task = self.app.tasks.get(claimed.task)
-            if task is None or claimed.attempts + 1 > claimed.max_attempts:
+            if task is None or self._single_path(claimed, suspects, cancels):
                 return None
             tasks.append(task)
         return tasks
+
+    @staticmethod
+    def _single_path(claimed: ClaimedJob, suspects: "set[int]", cancels: "dict[int, str]") -> bool:
+        """A job of a batch that takes the single-job path (``run``), a known task's or not: a suspect,
+        one asked to cancel, or one whose attempts are used up."""
+        return claimed.id in suspects or claimed.id in cancels or claimed.attempts + 1 > claimed.max_attempts
 
     def _run_side_by_side(self, lease: "Lease", batch: list[ClaimedJob], tasks: "list[Task]", slot: str,
                           budget: float, stopping: threading.Event, batch_id: int, hand: Hand,
@@ -224,14 +231,11 @@ class Executor:
                 outcomes.append(r.outcome)
                 reported.append(r.claimed)
             else:
-                done.append((r.claimed, r.attempt, r.outcome.result if isinstance(r.outcome, Done) else None))
+                done.append((r.claimed, r.attempt, cast(Done, r.outcome).result))
         ran = len(outcomes) + len(done)
         # the handlers' mean time: what the batch's jobs cost one after another (ClaimSize.instant)
         seconds_per_job = sum(r.took for r in rans) / ran if ran else None
-        if before_commit is not None:
-            before_commit()
-        outcomes.extend(self.completer.finish_batch(lease, batch_id, done, batch[0].claimed_at, slot))  # and COMMIT
-        reported.extend(claimed for claimed, _, _ in done)
+        self._commit_batch(lease, batch_id, outcomes, reported, done, batch[0].claimed_at, slot, before_commit)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("slot %s: batch %s of %d job(s) side by side committed", slot, batch_id, len(batch))
         return BatchRun(outcomes, out_of_time, seconds_per_job, handler_seconds=handler_seconds, jobs=reported,
@@ -241,7 +245,6 @@ class Executor:
                   stopping: threading.Event, batch_id: int, suspects: "set[int]",
                   cancels: "dict[int, str]", before_commit: Callable[[], None] | None = None) -> BatchRun:
         """The jobs of batch ``batch_id`` (``_run_many``), in order, then its COMMIT."""
-        completer = self.completer
         started_at = batch[0].claimed_at
         outcomes: list[Outcome] = []
         reported: list[ClaimedJob] = []  # outcomes[i] is reported[i]'s
@@ -259,8 +262,7 @@ class Executor:
                 break
             task = self.app.tasks.get(claimed.task)
             attempt = claimed.attempts + 1
-            if (task is None or claimed.id in suspects or claimed.id in cancels
-                    or attempt > claimed.max_attempts):
+            if task is None or self._single_path(claimed, suspects, cancels):
                 suspect = claimed.id in suspects
                 # A suspect runs alone, its batch's only job: its run is committed here, so that a
                 # COMMIT the server refuses (a deferred constraint its handler broke -- maybe what
@@ -270,31 +272,54 @@ class Executor:
                 outcome = self.run(lease, claimed, slot, batch=batch_id if suspect else None,
                                    commit=suspect and len(batch) == 1)
             else:
-                job = make_job(claimed, attempt, slot, lease, take_savepoint)
-                outcome = self.handlers.handle(task, job, claimed, attempt, lease)
-                touched = job._before_conn is None
-                if isinstance(outcome, Done) and not touched:
-                    done.append((claimed, attempt, outcome.result))
+                outcome, written = self.in_batch(lease, claimed, task, attempt, slot, started_at, take_savepoint)
+                if not written:
+                    done.append((claimed, attempt, cast(Done, outcome).result))
                     continue
-                if touched:
-                    outcome = completer.still_leased(lease, task, attempt, claimed, outcome)
-                outcome = completer.write(lease, claimed, attempt, outcome, started_at, slot, touched)
-                if touched:
-                    completer.release(lease)
             if not lease.alive():  # the lease was ended on purpose; only this job's outcome was recorded
                 return BatchRun([outcome], jobs=[claimed])
             outcomes.append(outcome)
             reported.append(claimed)
         ran = len(outcomes) + len(done)
         seconds_per_job = (time.perf_counter() - began) / ran if ran else None
-        if before_commit is not None:
-            before_commit()
-        outcomes.extend(completer.finish_batch(lease, batch_id, done, started_at, slot))  # and COMMIT
-        reported.extend(claimed for claimed, _, _ in done)
+        self._commit_batch(lease, batch_id, outcomes, reported, done, started_at, slot, before_commit)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("slot %s: batch %s committed: %d job(s) finished%s", slot, batch_id, len(outcomes),
                       " (out of time: the rest released)" if out_of_time else "")
         return BatchRun(outcomes, out_of_time, seconds_per_job, jobs=reported)
+
+    def in_batch(self, lease: "Lease", claimed: ClaimedJob, task: "Task", attempt: int, slot: str,
+                 started_at: datetime, before_conn: Callable[[], None],
+                 before_write: Callable[[], None] | None = None) -> tuple[Outcome, bool]:
+        """One job of a batch: its handler (``before_conn`` runs at its first read of ``job.conn``: its
+        savepoint), then its outcome and whether it was written. A ``Done`` whose handler never
+        touched the database is not written (the batch's ``finish_batch`` writes it); any other
+        outcome is written at once in the batch's transaction (inside the job's savepoint, released
+        after, if it has one), ``before_write`` first (side by side: the batch's connection lock)."""
+        completer = self.completer
+        job = make_job(claimed, attempt, slot, lease, before_conn)
+        outcome = self.handlers.handle(task, job, claimed, attempt, lease)
+        touched = job._before_conn is None
+        if isinstance(outcome, Done) and not touched:
+            return outcome, False
+        if before_write is not None:
+            before_write()
+        if touched:
+            outcome = completer.still_leased(lease, task, attempt, claimed, outcome)
+        outcome = completer.write(lease, claimed, attempt, outcome, started_at, slot, touched)
+        if touched:
+            completer.release(lease)
+        return outcome, True
+
+    def _commit_batch(self, lease: "Lease", batch_id: int, outcomes: list[Outcome], reported: list[ClaimedJob],
+                      done: list[tuple[ClaimedJob, int, str | None]], started_at: datetime, slot: str,
+                      before_commit: Callable[[], None] | None) -> None:
+        """A batch's end: ``before_commit``, then the deferred ``done`` writes with the COMMIT
+        (``Completer.finish_batch``); their outcomes and jobs join ``outcomes`` and ``reported``."""
+        if before_commit is not None:
+            before_commit()
+        outcomes.extend(self.completer.finish_batch(lease, batch_id, done, started_at, slot))  # and COMMIT
+        reported.extend(claimed for claimed, _, _ in done)
 
     def run(self, lease: "Lease", claimed: ClaimedJob, slot: str,
             batch: int | None = None, commit: bool = False) -> Outcome:

@@ -47,7 +47,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Callable
 
 from ..job import Done, Outcome
-from .handler import make_job
 
 if TYPE_CHECKING:
     from ..app import Task
@@ -188,29 +187,22 @@ class SideBySide:
             return Ran(claimed, attempt, None)
         holding = False
 
-        def before_conn() -> None:  # the handler's first read of job.conn: the lock, then its savepoint
+        def take_lock() -> None:
             nonlocal holding
-            lock.acquire()
-            holding = True
-            lease.savepoint()
-
-        completer = ex.completer
-        began = time.perf_counter()
-        try:
-            job = make_job(claimed, attempt, slot, lease, before_conn)
-            outcome = ex.handlers.handle(task, job, claimed, attempt, lease)
-            took = time.perf_counter() - began
-            touched = job._before_conn is None
-            if isinstance(outcome, Done) and not touched:
-                return Ran(claimed, attempt, outcome, took=took)
             if not holding:
                 lock.acquire()
                 holding = True
-            if touched:
-                outcome = completer.still_leased(lease, task, attempt, claimed, outcome)
-            outcome = completer.write(lease, claimed, attempt, outcome, started_at, slot, touched)
-            if touched:
-                completer.release(lease)
+
+        def before_conn() -> None:  # the handler's first read of job.conn: the lock, then its savepoint
+            take_lock()
+            lease.savepoint()
+
+        began = time.perf_counter()
+        try:
+            outcome, written = ex.in_batch(lease, claimed, task, attempt, slot, started_at, before_conn, take_lock)
+            took = time.perf_counter() - began
+            if not written:
+                return Ran(claimed, attempt, outcome, took=took)
             return Ran(claimed, attempt, outcome, written=True, lease_gone=not lease.alive(), took=took)
         finally:
             if holding:
