@@ -156,6 +156,70 @@ def test_a_retry_continues_the_trace_of_its_enqueue(app, db, traced, lease):
     assert traces_left(db) == 0
 
 
+def test_a_batch_side_by_side_keeps_each_jobs_trace(app, db, dsn, traced):
+    """Eight jobs of one claim, each enqueued under a request of its own (one with no stored
+    context), run side by side on eight slots in one transaction: each execute span continues its
+    own enqueuer's trace (the one without a context starts a trace of its own)."""
+    import threading
+    import time
+
+    from skiplock.worker.batching import WholeBatches
+    from support import wait_for
+
+    tracer, exporter = traced
+    starts: dict[int, tuple[str, str]] = {}
+
+    @app.task(name="work")
+    def work(job):
+        xact = job.conn.execute("SELECT pg_current_xact_id()::text").fetchone()[0]  # the top transaction's
+        starts[job.id] = (xact, threading.current_thread().name)
+        time.sleep(0.4)
+
+    store = app.tracing.store
+    takes: list[list[int]] = []  # what each read of stored contexts asked for (on the lease's connection)
+    real_take = store.take
+
+    def take(lease, ids):
+        takes.append(sorted(ids))
+        return real_take(lease, ids)
+
+    store.take = take
+    worker = app.worker(concurrency=8, handle_signals=False, maintenance=False, poll_interval=5.0,
+                        batch_policy=WholeBatches(8, batch_budget=30, side_by_side=True))
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: worker.started.is_set() and worker._sleeping == 8, what="every slot idle")
+        requests: dict[int, int] = {}  # job id -> its request's span id
+        with psycopg.connect(dsn) as conn:  # one commit: the eight arrive together
+            for n in range(7):
+                with tracer.start_as_current_span(f"POST /work/{n}") as request:
+                    requests[app.enqueue("work", conn=conn)] = request.get_span_context().span_id
+            untraced = app.enqueue("work", conn=conn)  # its context dropped: a job the claim finds none for
+            conn.execute("DELETE FROM skiplock.job_traces WHERE job_id = %s", [untraced])
+        ids = [*requests, untraced]
+        wait_for(lambda: db.execute("SELECT count(*) FROM skiplock.jobs WHERE id = ANY(%s) AND state = 'done'",
+                                    [ids]).fetchone()[0] == 8, what="every job done")
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+    assert len({xact for xact, _ in starts.values()}) == 1  # one claim's transaction
+    # read once for the whole batch, before any job started (never by a handler's thread meanwhile)
+    assert takes == [sorted(ids)]
+    assert len({thread for _, thread in starts.values()}) == 8  # side by side
+    spans = by_name(exporter)
+    enqueues = {s.parent.span_id: s for s in spans["skiplock enqueue work"] if s.parent is not None}
+    executes = {s.attributes["skiplock.job_id"]: s for s in spans["skiplock execute work"]}
+    assert set(executes) == set(ids)
+    for job_id, request in requests.items():
+        enqueue = enqueues[request]
+        assert executes[job_id].parent.span_id == enqueue.context.span_id
+        assert executes[job_id].context.trace_id == enqueue.context.trace_id
+    assert executes[untraced].parent is None
+    assert max(s.start_time for s in executes.values()) < min(s.end_time for s in executes.values())
+    assert traces_left(db) == 0
+
+
 def test_nothing_is_stored_when_tracing_is_off(app, db):
     app.enqueue("anything")
     app.enqueue_many([("anything", {}) for _ in range(3)])

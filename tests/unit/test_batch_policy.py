@@ -166,15 +166,14 @@ def test_a_claim_runs_side_by_side_only_after_a_batch_that_was_not_near_instant(
     policy = BatchPolicy(batch_size=8)
     size = policy.claim_size()
     size.value = 8
-    assert not plan(policy, size, tracing=False)  # not measured yet: as before
+    assert not plan(policy, size)  # not measured yet: as before
     size.after(8, BatchRun([], seconds_per_job=0.0001))  # near-instant: a hand-off costs more than the job
-    assert not plan(policy, size, tracing=False)
+    assert not plan(policy, size)
     size.after(8, BatchRun([], seconds_per_job=0.002))
-    assert plan(policy, size, tracing=False)
-    assert not plan(policy, size, tracing=True)  # the trace context is read on the lease
-    assert not plan(BatchPolicy(batch_size=8, side_by_side=False), size, tracing=False)
+    assert plan(policy, size)
+    assert not plan(BatchPolicy(batch_size=8, side_by_side=False), size)
     size.value = 1
-    assert not plan(policy, size, tracing=False)  # one job: nothing to hand out
+    assert not plan(policy, size)  # one job: nothing to hand out
     whole = WholeBatches(8, side_by_side=True)
-    assert plan(whole, whole.claim_size(), tracing=False)  # measured or not
-    assert not plan(WholeBatches(8), whole.claim_size(), tracing=False)  # off by default there
+    assert plan(whole, whole.claim_size())  # measured or not
+    assert not plan(WholeBatches(8), whole.claim_size())  # off by default there

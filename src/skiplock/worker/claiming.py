@@ -222,7 +222,7 @@ class Claimer:
         flow claim is in play, so a claim that comes back short found every job available to the
         worker (``found_all``)."""
         # Side by side: the whole claim size, its jobs handed to the slots idle meanwhile (side_by_side.py).
-        side = self.side[index] = plan(self.w.batching, size, self.w.app.tracing is not None)
+        side = self.side[index] = plan(self.w.batching, size)
         if side and self.w._sleeping:
             limit, turn = size.value, False
             self.limits[index] = limit

@@ -193,7 +193,7 @@ class Executor:
                       hand: Hand | None) -> "list[Task] | None":
         """The batch's tasks if it runs side by side: it may (``hand``), and it holds no job that takes
         the single-job path or must not run at once with its batch-mates (side_by_side.py)."""
-        if hand is None or batch[0].slots or self.app.tracing is not None:
+        if hand is None or batch[0].slots:
             return None
         tasks: list[Task] = []
         for claimed in batch:

@@ -82,6 +82,7 @@ class Handlers:
         self._local.handler_seconds = 0.0
         self._local.ran = {}
         self._local.carriers = None
+        self._local.batch_taken = False
 
     def handle(self, task: "Task", job: Job, claimed: "ClaimedJob", attempt: int, lease: "Lease") -> Outcome:
         """Call the handler and turn what happened into an outcome; with tracing on, in its execute
@@ -89,10 +90,11 @@ class Handlers:
         tracing = self.app.tracing
         if tracing is None:
             return self._handle(task, job, claimed, attempt, lease)
-        carriers = getattr(self._local, "carriers", None)
+        local = self._local
+        carriers = getattr(local, "carriers", None)
         carrier = carriers.pop(claimed.id, None) if carriers else None
-        if carrier is None and lease.in_transaction():  # a transaction lease: taken in its transaction
-            carrier = tracing.take(lease, [claimed]).get(claimed.id)
+        if carrier is None and lease.in_transaction() and not getattr(local, "batch_taken", False):
+            carrier = tracing.take(lease, [claimed]).get(claimed.id)  # a transaction lease: in its transaction
         started = tracing.start_execute(claimed, attempt, carrier)
         outcome: Outcome | None = None
         try:
@@ -107,6 +109,20 @@ class Handlers:
         tracing = self.app.tracing
         if tracing is not None:
             self._local.carriers = tracing.take(lease, jobs)
+
+    def batch_trace_contexts(self, lease: "Lease", jobs: "list[ClaimedJob]") -> "dict[int, dict[str, str]] | None":
+        """The trace contexts of a side-by-side batch's jobs, all taken at once by the thread that
+        holds its connection, before any of them starts (worker/side_by_side.py); None with tracing off."""
+        tracing = self.app.tracing
+        return None if tracing is None else tracing.take(lease, jobs)
+
+    def use_trace_contexts(self, carriers: "dict[int, dict[str, str]] | None") -> None:
+        """This thread runs jobs of a batch whose trace contexts are ``carriers`` (shared by every
+        thread running the batch; a job not in it has none): its handlers take no context from the
+        lease, whose connection is the batch's. None: done with that batch."""
+        local = self._local
+        local.carriers = carriers
+        local.batch_taken = carriers is not None
 
     def _handle(self, task: "Task", job: Job, claimed: "ClaimedJob", attempt: int, lease: "Lease") -> Outcome:
         reporter = self.reporter

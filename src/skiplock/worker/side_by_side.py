@@ -33,7 +33,8 @@ Not side by side (one after another on the claiming slot, as before): near-insta
 to another thread costs more than they do; such batches take turns instead, see batching.py), batches
 with a suspect, a cancel request or a job that cannot run (unknown task, attempts used up),
 flow-controlled batches (a key's flow slots are shared by its jobs in the batch, which must not run at
-once), tracing on (the trace context is read on the lease), and the asyncio worker.
+once), and the asyncio worker. With tracing on, the batch's trace contexts are read on its connection
+once, before its first job starts; each job's execute span continues its own enqueuer's trace.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ class SideBySide:
         lock = threading.Lock()  # the batch's connection: see _one
         started_at = batch[0].claimed_at
         handlers = ex.handlers
+        carriers = handlers.batch_trace_contexts(lease, batch)  # tracing on: now, before any job uses the connection
         results: list[Ran | None] = [None] * len(batch)
         waiting = deque(range(len(batch)))  # not started yet
         helpers: list[Future[list[int]]] = []
@@ -127,14 +129,18 @@ class SideBySide:
 
             def work() -> None:  # on the idle slot's thread; never raises
                 handlers.reset()  # this thread's handler time and runs: handed back in each Ran
+                handlers.use_trace_contexts(carriers)
                 mine: list[int] = []
                 try:
                     run_queue(mine)
                     future.set_result(mine)
                 except BaseException as exc:  # noqa: BLE001 - the batch's slot raises it
                     future.set_exception(exc)
+                finally:
+                    handlers.use_trace_contexts(None)
             return work
 
+        handlers.use_trace_contexts(carriers)
         try:
             run_queue([])
         except BaseException:
@@ -143,6 +149,8 @@ class SideBySide:
             except BaseException:  # noqa: BLE001 - this thread's own exception goes up, not a helper's
                 pass
             raise
+        finally:
+            handlers.use_trace_contexts(None)
         longest = self._join(helpers, handlers, results)
         # the batch's handler time as its lease saw it: the busiest thread's (they ran at once)
         return [r for r in results if r is not None], max(handlers.seconds, longest)
@@ -209,9 +217,9 @@ class SideBySide:
                 lock.release()
 
 
-def plan(policy: "BatchPolicy", size: "ClaimSize", tracing: bool) -> bool:
+def plan(policy: "BatchPolicy", size: "ClaimSize") -> bool:
     """Whether a claim of ``size`` runs its batch side by side: its claim then takes the whole claim
     size (no ``batch_wait`` share: its jobs wait for no batch-mate while a slot is idle), and the
-    jobs are handed to the slots idle while it runs. Not with tracing on, not for a claim of one
-    job, and only where ``BatchPolicy.runs_side_by_side`` says so."""
-    return not tracing and size.value > 1 and policy.runs_side_by_side(size)
+    jobs are handed to the slots idle while it runs. Not for a claim of one job, and only where
+    ``BatchPolicy.runs_side_by_side`` says so."""
+    return size.value > 1 and policy.runs_side_by_side(size)
