@@ -214,8 +214,19 @@ class Executor:
                           before_commit: Callable[[], None] | None) -> BatchRun:
         """The jobs of batch ``batch_id`` side by side (side_by_side.py), then its COMMIT: each
         outcome as ``_run_jobs`` writes it; a lease ended meanwhile reports only the outcomes
-        written from a fresh transaction after it was gone (the rest run again)."""
-        rans, handler_seconds = self.side.run(self, lease, batch, tasks, slot, time.monotonic() + budget, stopping, hand)
+        written from a fresh transaction after it was gone (the rest run again). With no slot idle
+        when it starts, ``_run_jobs`` runs it. With tracing on, the batch's trace contexts are read
+        here, once, before any of its jobs starts."""
+        handlers = self.handlers
+        carriers = handlers.batch_trace_contexts(lease, batch)
+        handlers.use_trace_contexts(carriers)
+        try:
+            side = self.side.run(self, lease, batch, tasks, slot, time.monotonic() + budget, stopping, hand, carriers)
+            if side is None:  # no slot idle: one after another
+                return self._run_jobs(lease, batch, slot, budget, stopping, batch_id, set(), {}, before_commit)
+        finally:
+            handlers.use_trace_contexts(None)
+        rans, handler_seconds = side
         if not lease.alive():  # the lease was ended: only the outcomes written after that are durable
             gone = [r for r in rans if r.written and r.lease_gone and r.outcome is not None]
             return BatchRun([r.outcome for r in gone if r.outcome is not None], jobs=[r.claimed for r in gone],

@@ -7,7 +7,9 @@ idle (pickup p50 10-19 ms, p99 58-102 ms; docs/benchmarks.md, "Session 24"). Now
 take a while (``BatchPolicy.runs_side_by_side``: the slot's last batch was not near-instant) is one
 queue: the claiming slot and every idle slot it is handed to (``Worker.hand``) take the next job not
 yet started, one at a time, until none is left, and before each job each of them hands the queue on
-to the slots idle by then. While some slot is idle such a claim takes the whole claim size (``plan``;
+to the slots idle by then. A batch that finds no slot idle when it starts runs one after another on
+its slot, as before (a drain: no slot is idle, and the queue's own bookkeeping cost up to a tenth of
+the throughput of 1 ms jobs there; docs/benchmarks.md, "Session 25"). While some slot is idle such a claim takes the whole claim size (``plan``;
 no job waits behind a batch-mate while a slot is free); with none idle it is sized as before
 (``BatchPolicy.share``). Either way: one claim and one COMMIT for the batch.
 
@@ -84,7 +86,8 @@ class SideBySide:
     """Runs batches side by side for one worker's slots (see the module docstring)."""
 
     def run(self, ex: "Executor", lease: "Lease", batch: "list[ClaimedJob]", tasks: "list[Task]", slot: str,
-            deadline: float, stopping: threading.Event, hand: Hand) -> tuple[list[Ran], float]:
+            deadline: float, stopping: threading.Event, hand: Hand,
+            carriers: "dict[int, dict[str, str]] | None" = None) -> tuple[list[Ran], float] | None:
         """Run ``batch`` (``tasks[i]`` is ``batch[i]``'s) as one queue of jobs, in batch order: this
         thread and every idle slot it is handed to (``hand``: the worker's; it returns how many it
         could hand) take the next job not yet started, one at a time, until none is left; before each
@@ -92,11 +95,13 @@ class SideBySide:
         idle while jobs wait takes one. Returns every job's ``Ran``, in batch order, and the handler
         time of the thread that spent the most in handlers, once every slot it was handed to is
         back; an exception one of them raised is raised then (the others take no further job after
-        it)."""
+        it). None, having run nothing: no slot was idle to take a job when it began (the caller then
+        runs the batch one after another: in a drain no slot is ever idle, and the queue's own
+        bookkeeping per job cost up to a tenth of the throughput of 1 ms jobs for nothing).
+        ``carriers``: the batch's trace contexts (tracing on; this thread's are the caller's to set)."""
         lock = threading.Lock()  # the batch's connection: see _one
         started_at = batch[0].claimed_at
         handlers = ex.handlers
-        carriers = handlers.batch_trace_contexts(lease, batch)  # tracing on: now, before any job uses the connection
         results: list[Ran | None] = [None] * len(batch)
         waiting = deque(range(len(batch)))  # not started yet
         helpers: list[Future[list[int]]] = []
@@ -140,7 +145,8 @@ class SideBySide:
                     handlers.use_trace_contexts(None)
             return work
 
-        handlers.use_trace_contexts(carriers)
+        if not hand(len(waiting), helping):
+            return None  # no slot idle: nothing was handed, nothing run
         try:
             run_queue([])
         except BaseException:
@@ -149,8 +155,6 @@ class SideBySide:
             except BaseException:  # noqa: BLE001 - this thread's own exception goes up, not a helper's
                 pass
             raise
-        finally:
-            handlers.use_trace_contexts(None)
         longest = self._join(helpers, handlers, results)
         # the batch's handler time as its lease saw it: the busiest thread's (they ran at once)
         return [r for r in results if r is not None], max(handlers.seconds, longest)
