@@ -42,6 +42,7 @@ def main() -> int:
     options = dict(args.option)
     if args.poll_interval is not None:
         options["poll_interval"] = args.poll_interval
+    options.setdefault("freeze_gc", True)  # as `skiplock worker` does by default
     worker = app.worker(concurrency=args.concurrency, **options)
     log = logging.getLogger("skiplock.worker")
     log.info("worker %s (bench runner) with %d slot(s), options %s", worker.name, args.concurrency, options)

@@ -36,3 +36,11 @@ def flaky(job: Any) -> None:
 @aapp.task(name="async.ping")
 async def ping(job: Any, n: int) -> int:
     return n
+
+
+@app.task(name="gc.frozen")
+def gc_frozen(job: Any) -> int:
+    """How many objects this worker process froze out of the garbage collector's walks."""
+    import gc
+
+    return gc.get_freeze_count()

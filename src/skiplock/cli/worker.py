@@ -66,6 +66,9 @@ FLOW_TURNS = 3
               help="Serve GET /livez (the process answers) and /readyz (the database answers, the slots run) on "
                    "this port, without a token: they show no job data (see docs/deployment.md).")
 @click.option("--health-host", default="127.0.0.1", show_default=True, help="Address the health port binds.")
+@click.option("--no-freeze-gc", is_flag=True,
+              help="Leave Python's garbage collector as it is. By default the objects alive once the worker has "
+                   "started are frozen out of its walks, which otherwise pause every slot for tens of milliseconds.")
 @click.pass_obj
 @handle_errors
 def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, poll_interval: float,
@@ -73,7 +76,8 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
            batch_wait: float, one_after_another: bool, fixed_concurrency: bool,
            stop_when_empty: bool,
            due_within: float, log_level: str, no_maintenance: bool, fail_unknown_tasks: bool,
-           metrics_port: int | None, metrics_host: str, health_port: int | None, health_host: str) -> None:
+           metrics_port: int | None, metrics_host: str, health_port: int | None, health_host: str,
+           no_freeze_gc: bool) -> None:
     """Run a worker. SIGINT/SIGTERM: finish in-flight jobs and exit 0; a second signal aborts them.
     SIGUSR1: write every thread's stack to stderr, and go on."""
     from ..observability.logs import configure_logging
@@ -92,7 +96,7 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
                           flow_batch_slots=flow_batch_slots, batch_wait=batch_wait or None,
                           side_by_side=not one_after_another,
                           maintenance=not no_maintenance, fail_unknown_tasks=fail_unknown_tasks,
-                          adaptive_limit=not fixed_concurrency)
+                          adaptive_limit=not fixed_concurrency, freeze_gc=not no_freeze_gc)
 
     w = make_worker()
     log = logging.getLogger("skiplock.worker")

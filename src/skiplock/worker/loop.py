@@ -35,6 +35,7 @@ from .executor import Executor
 from .gate import RunAlone
 from .flow import FlowControl
 from .queue_view import MOST_NAMED, QueueView
+from .gc_freeze import freeze_startup_objects
 from .governor import Governor, Permit
 from .heartbeat import Heartbeat
 from .listener import Listener
@@ -91,6 +92,10 @@ class Worker:
     Every ``schema_check_interval`` seconds a running worker checks the database's schema version
     again and logs a WARNING when it no longer matches this skiplock (a migration by a newer
     release; ``schema.problem``): :mod:`.schema_watch`.
+
+    ``freeze_gc=True``: once started, the objects alive then are frozen out of Python's garbage
+    collector's walks, which otherwise pause every slot for tens of milliseconds (:mod:`.gc_freeze`;
+    ``skiplock worker`` does it unless ``--no-freeze-gc``).
     """
 
     def __init__(self, app: "App", queues: Sequence[str] | None = None, concurrency: int = 4, *,
@@ -101,7 +106,7 @@ class Worker:
                  rescue_interval: float = 5.0, fail_unknown_tasks: bool = False, adaptive_limit: bool = True,
                  batch_policy: BatchPolicy | None = None, metrics_interval: float = 15.0,
                  flow_batch_slots: int | None = None, schema_check_interval: float = SCHEMA_CHECK_INTERVAL,
-                 side_by_side: bool = True):
+                 side_by_side: bool = True, freeze_gc: bool = False):
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}")
         if queues is not None:
@@ -115,6 +120,7 @@ class Worker:
         self.app = app
         self.queues = queues
         self.concurrency = concurrency
+        self.freeze_gc = bool(freeze_gc)
         self.poll_interval = poll_interval
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.handle_signals = handle_signals
@@ -404,6 +410,8 @@ class Worker:
                 self.listener.start()
             for service in self.services:
                 service.start()
+            if self.freeze_gc:  # what lives as long as the process exists now (gc_freeze.py); no slot runs yet
+                freeze_startup_objects()
             for t in threads:
                 t.start()
             self.started.set()
