@@ -8,10 +8,11 @@ take a while (``BatchPolicy.runs_side_by_side``: the slot's last batch was not n
 queue: the claiming slot and every idle slot it is handed to (``Worker.hand``) take the next job not
 yet started, one at a time, until none is left, and before each job each of them hands the queue on
 to the slots idle by then. A batch that finds no slot idle when it starts runs one after another on
-its slot, as before (a drain: no slot is idle, and the queue's own bookkeeping cost up to a tenth of
-the throughput of 1 ms jobs there; docs/benchmarks.md, "Session 25"). While some slot is idle such a claim takes the whole claim size (``plan``;
-no job waits behind a batch-mate while a slot is free); with none idle it is sized as before
-(``BatchPolicy.share``). Either way: one claim and one COMMIT for the batch.
+its slot, as before: a drain's batches almost never find one, and there the queue's own bookkeeping
+was slower in most alternating pairs (docs/benchmarks.md, "Session 25"). While some slot is idle
+such a claim takes the whole claim size (``plan``; no job waits behind a batch-mate while a slot is
+free); with none idle it is sized as before (``BatchPolicy.share``). Either way: one claim and one
+COMMIT for the batch.
 
 Guarantees (the executor's are unchanged):
 
@@ -96,8 +97,7 @@ class SideBySide:
         time of the thread that spent the most in handlers, once every slot it was handed to is
         back; an exception one of them raised is raised then (the others take no further job after
         it). None, having run nothing: no slot was idle to take a job when it began (the caller then
-        runs the batch one after another: in a drain no slot is ever idle, and the queue's own
-        bookkeeping per job cost up to a tenth of the throughput of 1 ms jobs for nothing).
+        runs the batch one after another, without the queue's bookkeeping: see the module docstring).
         ``carriers``: the batch's trace contexts (tracing on; this thread's are the caller's to set)."""
         lock = threading.Lock()  # the batch's connection: see _one
         started_at = batch[0].claimed_at
