@@ -171,9 +171,10 @@ def test_a_batch_side_by_side_keeps_each_jobs_trace(app, db, dsn, traced):
 
     @app.task(name="work")
     def work(job):
+        time.sleep(0.4)  # first: while the handlers start, nobody uses the connection (a read of a
+        # context by a handler could happen then, and would show in `takes`)
         xact = job.conn.execute("SELECT pg_current_xact_id()::text").fetchone()[0]  # the top transaction's
         starts[job.id] = (xact, threading.current_thread().name)
-        time.sleep(0.4)
 
     store = app.tracing.store
     takes: list[list[int]] = []  # what each read of stored contexts asked for (on the lease's connection)

@@ -81,8 +81,7 @@ class Handlers:
     def reset(self) -> None:
         self._local.handler_seconds = 0.0
         self._local.ran = {}
-        self._local.carriers = None
-        self._local.batch_taken = False
+        self._local.carriers = None  # (each lease's handling begins here: Executor.run_batch)
 
     def handle(self, task: "Task", job: Job, claimed: "ClaimedJob", attempt: int, lease: "Lease") -> Outcome:
         """Call the handler and turn what happened into an outcome; with tracing on, in its execute
@@ -90,11 +89,13 @@ class Handlers:
         tracing = self.app.tracing
         if tracing is None:
             return self._handle(task, job, claimed, attempt, lease)
-        local = self._local
-        carriers = getattr(local, "carriers", None)
-        carrier = carriers.pop(claimed.id, None) if carriers else None
-        if carrier is None and lease.in_transaction() and not getattr(local, "batch_taken", False):
-            carrier = tracing.take(lease, [claimed]).get(claimed.id)  # a transaction lease: in its transaction
+        # The contexts of this lease's jobs, if already taken (a claimed lease's, a side-by-side batch's:
+        # a job not in them has none); else a transaction lease's job's own, taken in its transaction.
+        carriers = getattr(self._local, "carriers", None)
+        if carriers is not None:
+            carrier = carriers.pop(claimed.id, None)
+        else:
+            carrier = tracing.take(lease, [claimed]).get(claimed.id) if lease.in_transaction() else None
         started = tracing.start_execute(claimed, attempt, carrier)
         outcome: Outcome | None = None
         try:
@@ -120,9 +121,7 @@ class Handlers:
         """This thread runs jobs of a batch whose trace contexts are ``carriers`` (shared by every
         thread running the batch; a job not in it has none): its handlers take no context from the
         lease, whose connection is the batch's. None: done with that batch."""
-        local = self._local
-        local.carriers = carriers
-        local.batch_taken = carriers is not None
+        self._local.carriers = carriers
 
     def _handle(self, task: "Task", job: Job, claimed: "ClaimedJob", attempt: int, lease: "Lease") -> Outcome:
         reporter = self.reporter
