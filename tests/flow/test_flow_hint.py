@@ -259,3 +259,22 @@ def test_a_limited_queues_backlog_does_not_starve_a_limited_tasks_jobs(app: skip
         thread.join(30)
     # 400 jobs of 10 ms on 2 slots take 2 s or more; the reports wait about TASKS_REST_MAX at most
     assert bulk_before < 300, bulk_before
+
+
+def test_flagging_a_queue_reads_its_unfinished_jobs_not_the_finished_ones(app: skiplock.App, dsn: str):
+    """`flag_queue_jobs` (a queue gets limits) finds the queue's queued jobs in jobs_claim_idx and its
+    running and blocked ones in jobs_state_queue_idx -- never a scan of the finished jobs, which a
+    table keeps by the million (migration 20 took the queued jobs out of jobs_state_queue_idx; an
+    `IN` of the three states proves neither index's predicate)."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("INSERT INTO skiplock.jobs (queue, task, state, finished_at) "
+                  "SELECT 'q' || (g % 5), 't', 'done', now() FROM generate_series(1, 50000) g")
+        c.execute("INSERT INTO skiplock.jobs (queue, task) SELECT 'q' || (g % 5), 't' FROM generate_series(1, 500) g")
+        c.execute("VACUUM ANALYZE skiplock.jobs")
+        with c.transaction(force_rollback=True):
+            text = app.backend.q["flag_queue_jobs"].replace("%(queue)s", "'q1'")
+            root = c.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text).fetchone()[0][0]["Plan"]
+    assert not [n for n in nodes(root) if n["Node Type"] == "Seq Scan"], json.dumps(root)[:3000]
+    assert {n["Index Name"] for n in nodes(root) if n["Node Type"] == "Bitmap Index Scan"} == \
+        {"jobs_claim_idx", "jobs_state_queue_idx"}, json.dumps(root)[:3000]
+    assert root["Plans"][-1]["Actual Rows"] == 100  # the queue's 100 queued jobs, flagged

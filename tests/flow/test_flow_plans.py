@@ -1,8 +1,6 @@
 """The flow claims' plans (docs/flow-control.md): both walk an index in claim order -- never a
 sequential scan or a sort of the queued jobs -- with the worker's tasks checked on the index entries,
-in the plan a prepared claim keeps (generic) as in one made for the values (custom; one exception: a
-custom plan of a worker's one-queue flow claim made for a queue of a few dozen jobs may read that
-queue's jobs only and sort them, see below); and the fair
+in the plan a prepared claim keeps (generic) as in one made for the values (custom); and the fair
 claim's cost does not grow with the backlog of the partitions it steps over (buffers read by one
 claim, measured with EXPLAIN ANALYZE at two backlog sizes: 5,000 and 50,000 jobs)."""
 
@@ -117,17 +115,12 @@ def test_the_flow_claim_of_one_queue_walks_that_queues_entries_only(app: skiploc
                 mode=mode)
     scans = job_scans(root)
     assert scans[0]["Node Type"] == "Index Scan", json.dumps(root)[:3000]
-    if mode == "force_custom_plan" and scans[0]["Index Name"] == "jobs_state_queue_idx":
-        # A plan made for a queue of 40 jobs may read them by (state, queue) and sort them: its cost
-        # is within a few percent of the walk's (70.7 against 66.9 measured, since migration 18 made
-        # run_at a key of jobs_claim_idx). It still reads that queue's entries only, which is what
-        # this guards; a worker's claim runs under the generic plan (`generic_plan_for_claim`).
-        assert scans[0]["Index Cond"] == "((state = 'queued'::text) AND (queue = 'small'::text))", scans[0]
-    else:
-        assert scans[0]["Index Name"] == "jobs_claim_idx", json.dumps(root)[:3000]
-        assert "queue = " in scans[0]["Index Cond"] and "task = ANY" in scans[0]["Index Cond"], scans[0]
-        assert not [n for n in nodes(root) if n["Node Type"] == "Sort" and job_scans(n)]
-    assert sum(n.get("Actual Rows", 0) for n in scans[:1]) in (32, 40)  # 40: the sorted plan reads all of them
+    # (Before migration 20 a plan made for a queue of 40 jobs could read them by (state, queue) and
+    # sort them; that index no longer holds queued jobs.)
+    assert scans[0]["Index Name"] == "jobs_claim_idx", json.dumps(root)[:3000]
+    assert "queue = " in scans[0]["Index Cond"] and "task = ANY" in scans[0]["Index Cond"], scans[0]
+    assert not [n for n in nodes(root) if n["Node Type"] == "Sort" and job_scans(n)]
+    assert scans[0].get("Actual Rows") == 32
     read = sum(n.get("Shared Hit Blocks", 0) + n.get("Shared Read Blocks", 0) for n in scans)
     # the descent to "small" and its 32 rows (a few heap pages): the same for 5,000 or 50,000 in "big"
     assert read <= 20, (backlog, read, json.dumps(root)[:3000])

@@ -1385,10 +1385,15 @@ ON CONFLICT (queue) DO UPDATE
 -- walk of the queue's jobs (jobs_state_queue_idx), once per change. A job locked now -- in a running
 -- transaction lease -- is skipped and keeps no flag: it is still the flow claim's (its filters), and
 -- costs the plain claims a row read until it ends. The row is this transaction's (I1 holds).
+-- The states as two arms, each an index's: the queued jobs in jobs_claim_idx, the others in
+-- jobs_state_queue_idx (which holds no queued job since migration 20; `state IN ('queued', ...)`
+-- proves neither index's predicate, and was a sequential scan of every finished job).
+-- The rows are then written by id, as an array: a join of the two could hash the whole table.
 UPDATE {schema}.jobs SET flow = true
- WHERE id IN (SELECT id FROM {schema}.jobs
-               WHERE queue = %(queue)s AND state IN ('queued', 'running', 'blocked') AND NOT flow
-                 FOR UPDATE SKIP LOCKED);
+ WHERE id = ANY(ARRAY(SELECT id FROM {schema}.jobs
+                       WHERE queue = %(queue)s AND NOT flow
+                         AND (state = 'queued' OR (state IN ('running', 'blocked') AND state <> 'queued'))
+                         FOR UPDATE SKIP LOCKED));
 
 -- name: clear_queue_limit
 -- No limits left: the row stays, without limits, until `retire_queue_limit` deletes it.
@@ -1756,11 +1761,14 @@ SELECT id, at, actor, action, target, affected
 -- ==== the dashboard's queue summary: bounded at any table size (reads.py `queue_summary`) ======
 -- Exact counts up to a cap, then an estimate; never a scan of every row. At 1,000,000 jobs a
 -- GROUP BY over the table takes hundreds of milliseconds (issue 13's goal is 100 ms per page), so:
--- * the (state, queue) pairs that have jobs are found by a loose index scan of jobs_state_queue_idx
---   (one index probe per pair: the next queue after the last one found, for each of the five states);
--- * each pair is counted by an index-only scan of that index stopped after %(cap)s + 1 + (the jobs in
---   flight) entries: a count above %(cap)s means "more than %(cap)s" (the caller then estimates it);
---   at most pairs x (cap + 1 + in flight) index entries are read, whatever the table's size;
+-- * the (state, queue) pairs that have jobs are found by a loose index scan (one index probe per
+--   pair: the next queue after the last one found, for each state): of jobs_claim_idx for the queued
+--   jobs (its leading column is the queue), of jobs_state_queue_idx for the others (since migration
+--   20 it holds no queued job: each walk says `state <> 'queued'`, so the planner may use it);
+-- * each pair is counted by an index-only scan of the same index stopped after %(cap)s + 1 + (the
+--   jobs in flight) entries: a count above %(cap)s means "more than %(cap)s" (the caller then
+--   estimates it); at most pairs x (cap + 1 + in flight) index entries are read, whatever the
+--   table's size;
 -- * a transaction-lease job in flight (its row says 'queued', see attempts_in_flight) is moved from
 --   'queued' to 'running', as `counts` does. The queued pair's cap includes every job in flight, so
 --   after the move a count is still exact up to %(cap)s, and above it still means "more".
@@ -1770,17 +1778,27 @@ SELECT id, at, actor, action, target, affected
 WITH RECURSIVE in_flight AS MATERIALIZED (
   SELECT f.job_id, j.queue FROM {schema}.attempts_in_flight f JOIN {schema}.jobs j ON j.id = f.job_id),
 pairs(state, queue) AS (
-  SELECT s.state, (SELECT min(j.queue) FROM {schema}.jobs j WHERE j.state = s.state)
-    FROM (VALUES ('queued'), ('running'), ('done'), ('failed'), ('cancelled'), ('blocked')) AS s(state)
+  SELECT 'queued', (SELECT min(j.queue) FROM {schema}.jobs j WHERE j.state = 'queued')
   UNION ALL
-  SELECT p.state, (SELECT min(j.queue) FROM {schema}.jobs j WHERE j.state = p.state AND j.queue > p.queue)
+  SELECT s.state, (SELECT min(j.queue) FROM {schema}.jobs j WHERE j.state = s.state AND j.state <> 'queued')
+    FROM (VALUES ('running'), ('done'), ('failed'), ('cancelled'), ('blocked')) AS s(state)
+  UNION ALL
+  SELECT p.state,
+         CASE WHEN p.state = 'queued'
+              THEN (SELECT min(j.queue) FROM {schema}.jobs j WHERE j.state = 'queued' AND j.queue > p.queue)
+              ELSE (SELECT min(j.queue) FROM {schema}.jobs j
+                     WHERE j.state = p.state AND j.state <> 'queued' AND j.queue > p.queue) END
     FROM pairs p WHERE p.queue IS NOT NULL),
 c AS (
 SELECT p.queue, p.state, x.n
   FROM pairs p,
        LATERAL (SELECT count(*) AS n
-                  FROM (SELECT FROM {schema}.jobs j WHERE j.state = p.state AND j.queue = p.queue
-                         LIMIT %(cap)s + 1 + (SELECT count(*) FROM in_flight)) capped) x
+                  FROM ((SELECT FROM {schema}.jobs j WHERE p.state = 'queued' AND j.state = 'queued' AND j.queue = p.queue
+                          LIMIT %(cap)s + 1 + (SELECT count(*) FROM in_flight))
+                        UNION ALL
+                        (SELECT FROM {schema}.jobs j
+                          WHERE p.state <> 'queued' AND j.state = p.state AND j.state <> 'queued' AND j.queue = p.queue
+                          LIMIT %(cap)s + 1)) capped) x
  WHERE p.queue IS NOT NULL
 UNION ALL
 SELECT f.queue, m.state, m.n FROM in_flight f, (VALUES ('queued', -1), ('running', 1)) AS m(state, n))
@@ -1791,7 +1809,7 @@ HAVING sum(n) > 0
  ORDER BY queue, state;
 
 -- name: dash_queue_heads
--- Per queue with queued jobs (the loose index scan of jobs_state_queue_idx, as above) or paused:
+-- Per queue with queued jobs (the loose index scan of jobs_claim_idx, as above) or paused:
 -- how many jobs are ready (due, not in flight), exact up to %(cap)s (a count above it means "more");
 -- the head of the queue -- the ready job a worker claims next, first in the claim's order (priority,
 -- run_at, id) on jobs_claim_idx -- its due time and how long it has waited (the queue's latency now: a worker
