@@ -1382,7 +1382,7 @@ ON CONFLICT (queue) DO UPDATE
 -- name: flag_queue_jobs
 -- After a queue got limits (it had none, or no row), in the same transaction: its unfinished jobs get
 -- the `flow` flag (migration 17), so the plain claims over several queues stop walking them. One
--- walk of the queue's jobs (jobs_state_queue_idx), once per change. A job locked now -- in a running
+-- walk of the queue's unfinished jobs (see below), once per change. A job locked now -- in a running
 -- transaction lease -- is skipped and keeps no flag: it is still the flow claim's (its filters), and
 -- costs the plain claims a row read until it ends. The row is this transaction's (I1 holds).
 -- The states as two arms, each an index's: the queued jobs in jobs_claim_idx, the others in
