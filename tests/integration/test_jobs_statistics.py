@@ -1,5 +1,6 @@
 """What ANALYZE of the jobs table reads (migration 19, 0019_jobs_statistics.sql): no statistics for the
-payloads, a target of 10 for every other column, so a 3,000-row sample, not 30,000. (The plan tests --
+payloads, a target of 10 for every other column, so a 3,000-row sample, not 30,000; and when autovacuum
+runs it (migration 21: after 20,000 changed rows plus a tenth of the table). (The plan tests --
 test_claim_due_first.py, test_claim_of_queues.py, tests/flow/, tests/dashboard/test_scale.py -- run
 on statistics made this way.)"""
 
@@ -34,3 +35,11 @@ def test_analyze_samples_3000_rows(db: psycopg.Connection):
     sampled = [int(m.group(1)) for m in (re.search(r"(\d+) rows in sample", n) for n in notices) if m]
     assert sampled == [3000], notices
 
+
+
+def test_autovacuum_analyzes_jobs_after_20000_changes_and_a_tenth_of_the_table(db: psycopg.Connection):
+    """Not after every 5 % (migration 1): at load that was every naptime. Safe because no claim's plan
+    needs fresh statistics (test_claim_stale_statistics.py)."""
+    options = db.execute("SELECT reloptions FROM pg_class WHERE oid = 'skiplock.jobs'::regclass").fetchone()[0]
+    assert "autovacuum_analyze_threshold=20000" in options, options
+    assert "autovacuum_analyze_scale_factor=0.1" in options, options

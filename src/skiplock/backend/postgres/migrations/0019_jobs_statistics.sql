@@ -15,8 +15,9 @@
 --   this table is the share of each state, queue, task and priority and the ranges of ids and times,
 --   which a sample of that size gives (the plan tests run on these statistics). 8 ms for the same
 --   30,000 rows; 20-95 ms per run at the same load.
--- How often it runs is unchanged: a rarer ANALYZE would leave a plan made while no job was queued
--- (the table held finished jobs only) in place for longer once a burst arrives.
+-- How often it runs is unchanged here: a rarer ANALYZE would leave a plan made while no job was
+-- queued (the table held finished jobs only) in place for longer once a burst arrives (migrations
+-- 20 and 21 take that up).
 -- A column added by a later migration must get a target here too (tests/integration/
 -- test_jobs_statistics.py checks every column): one column at the default brings the 30,000-row
 -- sample back.

@@ -1,0 +1,15 @@
+-- skiplock schema, version 21: autovacuum analyzes the jobs table after 20,000 changed rows plus a
+-- tenth of the table (PostgreSQL's own scale factor), not after 50 rows plus a twentieth.
+--
+-- A queue table changes two rows per job (the insert, the `done`; a pruned job a third), so at
+-- thousands of jobs per second the old threshold asked for an ANALYZE at every autovacuum naptime
+-- -- once a second on the embedded server -- and each one makes every session plan its prepared
+-- statements on `jobs` again. Now, at 3,200 jobs/s, about every 3-4 s; at 10 jobs/s, every quarter
+-- of an hour or so.
+-- What made fresh statistics matter is gone: since migration 20 no claim's plan depends on them (a
+-- claim can use only the indexes made for it; tests/integration/test_claim_stale_statistics.py
+-- checks every plain claim and the flow claims on statistics taken while nothing was queued), and
+-- the planner scales the row counts it last saw by the table's current size. Measured at 3,200 jobs/s
+-- on 2 x 16 slots, three alternating pairs against version 20: 2 ANALYZE runs of `jobs` per run
+-- instead of 9, pickup p99 49-63 against 57-108 ms (docs/benchmarks.md, "Session 26").
+ALTER TABLE {schema}.jobs SET (autovacuum_analyze_scale_factor = 0.1, autovacuum_analyze_threshold = 20000);
