@@ -9,6 +9,8 @@ import math
 
 from skiplock.maintenance.pruner import Pruner
 
+from support import nodes
+
 INTERVAL = 3600.0  # the normal interval: only the pruner's catch-up passes can finish within the test
 
 
@@ -98,3 +100,24 @@ def test_the_pace_is_measured_on_the_pruners_injected_clock(app, db):
         assert [p.deleted for p in pruner.recent] == [10, 999]
     finally:
         pruner.stop()
+
+
+def test_a_prune_with_nothing_due_reads_none_of_the_jobs_still_kept(app, db):
+    """The cutoff is an index condition on jobs_finished_idx (state, finished_at): a prune of a state
+    with nothing due stops at the first entry past it, however many finished jobs are still within
+    their retention, and never reads another state's jobs older than the cutoff. (With a volatile
+    cutoff it was a filter, and such a prune read every one of them: 1,963 buffers for 100,000; with
+    the index keyed by finished_at alone, it read every failed job older than a day.)"""
+    insert_finished(db, "done", 30_000, "1 hour")
+    insert_finished(db, "failed", 20_000, "2 days")
+    db.execute("VACUUM ANALYZE skiplock.jobs")
+    text = app.backend.q["prune"].replace("%(state)s", "'done'").replace("%(age)s", "86400").replace("%(batch)s", "500")
+    with db.transaction(force_rollback=True):
+        plan = db.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text).fetchone()[0][0]
+    walks = [n for n in nodes(plan["Plan"]) if n.get("Index Name") == "jobs_finished_idx"]
+    assert walks, plan
+    assert "state = " in walks[0].get("Index Cond", ""), walks[0]
+    assert "finished_at <" in walks[0].get("Index Cond", ""), walks[0]
+    read = walks[0].get("Shared Hit Blocks", 0) + walks[0].get("Shared Read Blocks", 0)
+    assert read <= 10, (read, walks[0])  # a descent: neither the 30,000 done jobs kept nor the failed ones
+    assert walks[0].get("Actual Rows") == 0

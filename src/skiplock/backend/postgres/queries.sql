@@ -862,9 +862,14 @@ LISTEN skiplock;
 -- queued or running job is never deleted. Each deleted row is a dead tuple until vacuum: `skiplock
 -- prune` loops until a batch comes back short; the background pruner deletes at most half the
 -- table's vacuum threshold per pass (maintenance/pruner.py).
+-- The cutoff is the transaction's start (now(), stable: each call is a transaction of its own), so
+-- it bounds the walk of jobs_finished_idx as an index condition. With clock_timestamp() (volatile)
+-- it was a filter: every pass that found fewer than %(batch)s jobs due -- the last one of each pass,
+-- and every pass of a state with nothing due -- read every finished job still within its retention
+-- (a day of done jobs by default), row by row.
 WITH victims AS (
 SELECT id FROM {schema}.jobs
- WHERE state = %(state)s AND finished_at < clock_timestamp() - %(age)s::float8 * interval '1 second'
+ WHERE state = %(state)s AND finished_at < now() - %(age)s::float8 * interval '1 second'
    -- a failed job holding its sequence (rule 'wait', migration 15) stays until retried or cancelled
    AND (sequence IS NULL OR NOT EXISTS (SELECT FROM {schema}.job_sequences s
                                          WHERE s.key = jobs.sequence AND s.head = jobs.id))
@@ -1643,17 +1648,31 @@ SELECT set_config('statement_timeout', %(ms)s, true);
 -- tests/dashboard/test_scale.py checks both statements' plans with and without a vacuum.
 SELECT set_config('enable_seqscan', 'off', true);
 
+-- fragment: finished_window
+-- The jobs finished in the last %(seconds)s seconds, one range of jobs_finished_idx (state,
+-- finished_at; migration 22) per finished state: bounded by the jobs finished in that window,
+-- whatever the table's size. One arm per state, each naming its state: `state IN (...)` is implied by
+-- the index's predicate, so the planner drops it from the index conditions and, before PostgreSQL
+-- 18's skip scan, would read the whole index for a range on its second column.
+SELECT state, run_at, started_at, finished_at FROM {schema}.jobs
+ WHERE state = 'done' AND finished_at >= now() - %(seconds)s::float8 * interval '1 second'
+UNION ALL
+SELECT state, run_at, started_at, finished_at FROM {schema}.jobs
+ WHERE state = 'failed' AND finished_at >= now() - %(seconds)s::float8 * interval '1 second'
+UNION ALL
+SELECT state, run_at, started_at, finished_at FROM {schema}.jobs
+ WHERE state = 'cancelled' AND finished_at >= now() - %(seconds)s::float8 * interval '1 second'
+
 -- name: dash_throughput
--- Jobs finished in the last %(seconds)s seconds, per minute: done, failed, cancelled. Reads a range
--- of jobs_finished_idx (finished_at of finished rows), so it is bounded by the jobs finished in that
--- window, whatever the table's size; at most seconds/60 + 1 rows.
+-- Jobs finished in the last %(seconds)s seconds, per minute: done, failed, cancelled
+-- (`finished_window`); at most seconds/60 + 1 rows.
 SELECT date_trunc('minute', finished_at) AS minute,
        count(*) FILTER (WHERE state = 'done') AS done,
        count(*) FILTER (WHERE state = 'failed') AS failed,
        count(*) FILTER (WHERE state = 'cancelled') AS cancelled
-  FROM {schema}.jobs
- WHERE state IN ('done', 'failed', 'cancelled')
-   AND finished_at >= now() - %(seconds)s::float8 * interval '1 second'
+  FROM (
+-- include: finished_window
+       ) f
  GROUP BY 1
  ORDER BY 1;
 
@@ -1661,14 +1680,15 @@ SELECT date_trunc('minute', finished_at) AS minute,
 -- Queue latency of the jobs finished in the last %(seconds)s seconds: from when each became due
 -- (run_at: enqueued, or its retry's due time) to when its last attempt started (started_at) --
 -- how long a ready job waited for a worker, wake-up included. Median, 95th percentile, worst, and
--- how many jobs. A range of jobs_finished_idx, as `dash_throughput`: bounded by that window's jobs.
+-- how many jobs. The ranges of jobs_finished_idx of `dash_throughput` (`finished_window`).
 SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY w),
        percentile_cont(0.95) WITHIN GROUP (ORDER BY w),
        max(w), count(w)
   FROM (SELECT extract(epoch FROM greatest(started_at - run_at, interval '0')) AS w
-          FROM {schema}.jobs
-         WHERE state IN ('done', 'failed', 'cancelled') AND started_at IS NOT NULL
-           AND finished_at >= now() - %(seconds)s::float8 * interval '1 second') l;
+          FROM (
+-- include: finished_window
+               ) f
+         WHERE started_at IS NOT NULL) l;
 
 -- name: dash_find_jobs
 -- The jobs matching a filter, newest first, keyset on id < %(before)s, at most %(limit)s. Each
