@@ -155,3 +155,15 @@ def nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
 def job_scans(root: dict[str, Any]) -> list[dict[str, Any]]:
     """The plan's scans of the jobs table."""
     return [n for n in nodes(root) if n.get("Relation Name") == "jobs"]
+
+
+# A flow claim's parameters (queries.sql `claim_flow*`): task "t" limited to 2 at a time per customer,
+# no key held back; ``extra`` replaces any of them.
+FLOW_LIMITS = {"lt_tasks": ["t"], "lt_concurrency": [2], "lt_partition_by": ["customer"], "lt_every": [None]}
+
+
+def flow_claim_params(**extra: Any) -> dict[str, Any]:
+    base = {"queues": None, "tasks": ["t"], "held_queues": [], "held_tasks": [], "held": [], "queue": None, "limit": 32,
+            "after": None, **FLOW_LIMITS}
+    base.update(extra)
+    return base

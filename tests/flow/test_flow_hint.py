@@ -271,9 +271,7 @@ def test_flagging_a_queue_reads_its_unfinished_jobs_not_the_finished_ones(app: s
                   "SELECT 'q' || (g % 5), 't', 'done', now() FROM generate_series(1, 50000) g")
         c.execute("INSERT INTO skiplock.jobs (queue, task) SELECT 'q' || (g % 5), 't' FROM generate_series(1, 500) g")
         c.execute("VACUUM ANALYZE skiplock.jobs")
-        with c.transaction(force_rollback=True):
-            text = app.backend.q["flag_queue_jobs"].replace("%(queue)s", "'q1'")
-            root = c.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text).fetchone()[0][0]["Plan"]
+    root = plan(dsn, app.backend.q["flag_queue_jobs"], {"queue": "q1"}, analyze=True, mode="force_custom_plan")
     assert not [n for n in nodes(root) if n["Node Type"] == "Seq Scan"], json.dumps(root)[:3000]
     assert {n["Index Name"] for n in nodes(root) if n["Node Type"] == "Bitmap Index Scan"} == \
         {"jobs_claim_idx", "jobs_state_queue_idx"}, json.dumps(root)[:3000]

@@ -15,17 +15,7 @@ import pytest
 import skiplock
 from skiplock.backend.postgres.queries import with_limit
 
-from support import PLANS, job_scans, nodes, plan
-
-LIMITS = {"lt_tasks": ["t"], "lt_concurrency": [2], "lt_partition_by": ["customer"], "lt_every": [None]}
-
-
-def params(**extra: Any) -> dict[str, Any]:
-    base = {"queues": None, "tasks": ["t"], "held_queues": [], "held_tasks": [], "held": [], "queue": None, "limit": 32,
-            "after": None, **LIMITS}
-    base.update(extra)
-    return base
-
+from support import PLANS, flow_claim_params as params, job_scans, nodes, plan
 
 @pytest.mark.parametrize("mode", PLANS)
 def test_the_flow_claim_walks_the_claim_index_checking_tasks_on_its_entries(app: skiplock.App, dsn: str, mode: str):

@@ -19,7 +19,7 @@ import pytest
 import skiplock
 from skiplock.backend.postgres.queries import claim_of_queues, with_limit
 
-from support import PLANS, job_scans, nodes, plan
+from support import PLANS, flow_claim_params, job_scans, nodes, plan
 
 BACKLOG = 30_000
 
@@ -71,17 +71,13 @@ def test_every_plain_claim_walks_its_claim_index_on_stale_statistics(app: skiplo
         assert read <= 60, (label, read, shown)
 
 
-FLOW = {"tasks": ["t"], "held_queues": [], "held_tasks": [], "held": [], "after": None, "limit": 32,
-        "lt_tasks": ["t"], "lt_concurrency": [2], "lt_partition_by": [None], "lt_every": [None]}
-
-
 @pytest.mark.parametrize("mode", PLANS)
 def test_the_flow_claims_walk_the_claim_index_on_stale_statistics(app: skiplock.App, stale: str, mode: str):
     """The flow claims of a worker of one queue and of every queue (as the worker sends them: the
     limit a literal), on the same statistics."""
     for name, values in (("claim_flow_of_queue", {"queue": "q1", "queues": None}),
                          ("claim_flow", {"queue": None, "queues": None})):
-        root = plan(stale, with_limit(app.backend.q[name], 32), {**FLOW, **values}, analyze=True, mode=mode,
+        root = plan(stale, with_limit(app.backend.q[name], 32), flow_claim_params(**values), analyze=True, mode=mode,
                     warm=True)
         scans = job_scans(root)
         shown = f"{name}: {json.dumps(root)[:3000]}"

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from support import nodes
+from support import nodes, plan
 
 
 def finished_over_two_days(db, n: int) -> None:
@@ -22,14 +22,13 @@ def finished_over_two_days(db, n: int) -> None:
 
 
 @pytest.mark.parametrize("name", ["dash_throughput", "dash_pickup_latency"])
-def test_the_last_hours_window_reads_that_hours_jobs_only(app, db, name):
+def test_the_last_hours_window_reads_that_hours_jobs_only(app, db, dsn, name):
     finished_over_two_days(db, 48_000)  # 1,000 an hour
-    text = app.backend.q[name].replace("%(seconds)s", "3600")
-    plan = db.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text).fetchone()[0][0]["Plan"]
-    scans = [n for n in nodes(plan) if n.get("Relation Name") == "jobs" or n.get("Index Name")]
-    shown = json.dumps(plan)[:3000]
+    root = plan(dsn, app.backend.q[name], {"seconds": 3600}, analyze=True, mode="force_custom_plan")
+    scans = [n for n in nodes(root) if n.get("Relation Name") == "jobs" or n.get("Index Name")]
+    shown = json.dumps(root)[:3000]
     assert scans and all(n.get("Index Name") == "jobs_finished_idx" for n in scans if "Index Name" in n), shown
-    assert not [n for n in nodes(plan) if n["Node Type"] == "Seq Scan"], shown
+    assert not [n for n in nodes(root) if n["Node Type"] == "Seq Scan"], shown
     index_scans = [n for n in scans if "Index Name" in n]
     assert len(index_scans) == 3, shown  # one range per state
     assert sum(n["Actual Rows"] for n in index_scans) in range(990, 1011), shown  # the hour's jobs

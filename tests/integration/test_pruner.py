@@ -9,7 +9,7 @@ import math
 
 from skiplock.maintenance.pruner import Pruner
 
-from support import nodes
+from support import nodes, plan
 
 INTERVAL = 3600.0  # the normal interval: only the pruner's catch-up passes can finish within the test
 
@@ -102,7 +102,7 @@ def test_the_pace_is_measured_on_the_pruners_injected_clock(app, db):
         pruner.stop()
 
 
-def test_a_prune_with_nothing_due_reads_none_of_the_jobs_still_kept(app, db):
+def test_a_prune_with_nothing_due_reads_none_of_the_jobs_still_kept(app, db, dsn):
     """The cutoff is an index condition on jobs_finished_idx (state, finished_at): a prune of a state
     with nothing due stops at the first entry past it, however many finished jobs are still within
     their retention, and never reads another state's jobs older than the cutoff. (With a volatile
@@ -111,11 +111,10 @@ def test_a_prune_with_nothing_due_reads_none_of_the_jobs_still_kept(app, db):
     insert_finished(db, "done", 30_000, "1 hour")
     insert_finished(db, "failed", 20_000, "2 days")
     db.execute("VACUUM ANALYZE skiplock.jobs")
-    text = app.backend.q["prune"].replace("%(state)s", "'done'").replace("%(age)s", "86400").replace("%(batch)s", "500")
-    with db.transaction(force_rollback=True):
-        plan = db.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text).fetchone()[0][0]
-    walks = [n for n in nodes(plan["Plan"]) if n.get("Index Name") == "jobs_finished_idx"]
-    assert walks, plan
+    root = plan(dsn, app.backend.q["prune"], {"state": "done", "age": 86400, "batch": 500}, analyze=True,
+                mode="force_custom_plan")  # (rolled back)
+    walks = [n for n in nodes(root) if n.get("Index Name") == "jobs_finished_idx"]
+    assert walks, root
     assert "state = " in walks[0].get("Index Cond", ""), walks[0]
     assert "finished_at <" in walks[0].get("Index Cond", ""), walks[0]
     read = walks[0].get("Shared Hit Blocks", 0) + walks[0].get("Shared Read Blocks", 0)
