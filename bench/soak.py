@@ -14,7 +14,10 @@ What runs, in order, on one server:
 3. The soak: the same workers, started fresh, while a producer thread offers 1 ms ``pickup`` jobs
    at 50 % of that capacity (``bench.load.Producer``), for the whole duration D. Every 10 s a sample:
    jobs offered and completed per second, pickup latency (handler start − ``created_at``, see
-   ``bench/load.py``) p50/p99/max of the jobs that finished in that interval, the backlog (queued and
+   ``bench/load.py``) p50/p99/max of the jobs that finished in that interval, split at the claim
+   (insert → claim p99: the job waited in the queue; claim → handler start p99: it waited behind its
+   batch-mates), their jobs per claim and the database's commits per job, the cores busy (the
+   server's process tree, the workers, this process: producer and sampler), the backlog (queued and
    running jobs), and for every table of the ``skiplock`` schema its live and dead tuples
    (``pg_stat_user_tables``; the statistics lag by up to a second), (auto)vacuum and autoanalyze
    counts, table, index and total size (``pg_relation_size``, ``pg_indexes_size``,
@@ -59,12 +62,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
+import psutil
 import psycopg
 from rich.console import Console
 from rich.table import Table
 
-from .common import (FULL, QUICK, REPO_ROOT, Context, Figure, MachineLoad, Server, fresh_db, from_dsn, one,
-                     percentile, settle, start_embedded, wait_for_sessions)
+from .common import (FULL, QUICK, REPO_ROOT, Child, Context, Figure, MachineLoad, Server, ServerCpu, fresh_db, from_dsn,
+                     one, percentile, settle, start_embedded, wait_for_sessions)
 
 DEFAULT_MINUTES = 30.0
 QUICK_MINUTES = 3.0
@@ -157,9 +161,12 @@ def read_settings(c: psycopg.Connection[Any]) -> dict[str, str]:
 class Sampler:
     """One sample every ``interval`` seconds of the soak database (see the module docstring)."""
 
-    def __init__(self, dsn: str, producer: Any, settings: dict[str, str]):
+    def __init__(self, dsn: str, producer: Any, settings: dict[str, str], cpu: ServerCpu | None = None,
+                 workers: Sequence[Child] = ()):
         self.conn = psycopg.connect(dsn, autocommit=True)
         self.producer = producer
+        self.server_cpu, self.workers = cpu, list(workers)
+        self.cpu = self._cpu()
         self.settings = settings
         self.samples: list[dict[str, Any]] = []
         self.latencies = array("d")      # every job's pickup latency (s) after the warm-up
@@ -168,6 +175,24 @@ class Sampler:
         self.sent = producer.sent
         self.at = time.monotonic()
         self.last_lsn = self._wal()[0]
+        self.commits = self._commits()
+
+    def _cpu(self) -> tuple[float | None, float, float]:
+        """CPU seconds so far: the server's process tree, the workers, this process (the producer,
+        the sampler)."""
+        me = psutil.Process().cpu_times()
+        workers = 0.0
+        for w in self.workers:
+            try:
+                workers += w.cpu_now()
+            except psutil.Error:
+                pass
+        return (None if self.server_cpu is None else self.server_cpu.total()), workers, me.user + me.system
+
+    def _commits(self) -> int:
+        """Transactions committed in the soak's database so far (every session's: the workers', the
+        producer's, this sampler's own few)."""
+        return int(one(self.conn, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")[0])
 
     def _server_now(self) -> float:
         return float(one(self.conn, "SELECT extract(epoch FROM clock_timestamp())::float8")[0])
@@ -187,8 +212,19 @@ class Sampler:
         bound = now - LAG_S
         rows = pickup_rows(c, self.bound, bound)
         lat = [r[2] - r[1] for r in rows]
+        # where the latency sat: insert -> claim (the job waited in the queue for a slot to claim it)
+        # and claim -> handler start (it waited behind its batch-mates in the claim); jobs with the same
+        # started_at (the claim transaction's start) came from one claim
+        to_claim = [r[4] - r[1] for r in rows]
+        in_claim = [r[2] - r[4] for r in rows]
+        claims = len({r[4] for r in rows})
+        commits = self._commits()
         at, sent = time.monotonic(), self.producer.sent
         calls = self.producer.take_calls()
+        cpu = self._cpu()
+        # cores busy during the interval: the machine has os.cpu_count() of them in all
+        cores = {"server": None if cpu[0] is None or self.cpu[0] is None else (cpu[0] - self.cpu[0]) / (at - self.at),
+                 "workers": (cpu[1] - self.cpu[1]) / (at - self.at), "bench": (cpu[2] - self.cpu[2]) / (at - self.at)}
         queued, running = queue_depth_on(c)
         c.execute("SELECT pg_stat_clear_snapshot()")
         tables: dict[str, dict[str, Any]] = {}
@@ -206,12 +242,17 @@ class Sampler:
             "p50_ms": percentile(lat, 50) * 1000 if lat else None, "p99_ms": percentile(lat, 99) * 1000 if lat else None,
             "max_ms": max(lat) * 1000 if lat else None,
             "enqueue_call_p99_ms": percentile([c[3] - c[2] for c in calls], 99) * 1000 if calls else None,
+            "to_claim_p99_ms": percentile(to_claim, 99) * 1000 if rows else None,
+            "claim_to_start_p99_ms": percentile(in_claim, 99) * 1000 if rows else None,
+            "jobs_per_claim": len(rows) / claims if claims else None,
+            "commits_per_job": (commits - self.commits) / len(rows) if rows else None,
+            "cores": cores,
             "queued": queued, "running": running, "tables": tables,
             "wal_lsn": lsn, "wal_records": records, "wal_fpi": fpi, "wal_bytes_per_s": (lsn - self.last_lsn) / (at - self.at),
         }
         if warm:
             self.latencies.extend(lat)
-        self.bound, self.sent, self.at, self.last_lsn = bound, sent, at, lsn
+        self.bound, self.sent, self.at, self.last_lsn, self.commits, self.cpu = bound, sent, at, lsn, commits, cpu
         self.samples.append(s)
         return s
 
@@ -284,7 +325,7 @@ def soak(ctx: Context, args: argparse.Namespace, rate: float, settings: dict[str
         try:
             wait_for_sessions(dsn, "skiplock-worker", args.processes * args.concurrency)
             producer.start()
-            sampler = Sampler(dsn, producer, settings)
+            sampler = Sampler(dsn, producer, settings, ctx.cpu(), workers)
             ctx.log(f"soak: {args.minutes:g} min at {rate:,.0f} jobs/s, {args.processes} × {args.concurrency} slots, "
                     f"done jobs kept {retention:g} s, pruned every {prune:g} s; a sample every {args.interval:g} s")
             k = 0
@@ -301,7 +342,9 @@ def soak(ctx: Context, args: argparse.Namespace, rate: float, settings: dict[str
                     late_interval = (previous_lsn, s["wal_lsn"], s["jobs_done"])
                 jobs = s["tables"].get("jobs", {})
                 ctx.log(f"soak {s['minute']:5.1f} min: {s['offered_per_s']:,.0f} offered/s, {s['done_per_s']:,.0f} done/s, "
-                        f"p99 {fmt_ms(s['p99_ms'])} ms, backlog {s['queued'] + s['running']:,}, jobs "
+                        f"p99 {fmt_ms(s['p99_ms'])} ms (to claim {fmt_ms(s['to_claim_p99_ms'])}), "
+                        f"{s['jobs_per_claim'] or 0:.1f} jobs/claim, cores {fmt_cores(s['cores'])}, "
+                        f"backlog {s['queued'] + s['running']:,}, jobs "
                         f"{jobs.get('live', 0):,} live / {jobs.get('dead', 0):,} dead, "
                         f"{jobs.get('total_bytes', 0) / 2**20:.1f} MiB")
                 if producer.error is not None:
@@ -331,11 +374,19 @@ def soak(ctx: Context, args: argparse.Namespace, rate: float, settings: dict[str
             "worker_exits": [f.returncode for f in finished], "workers": [summary_of(f.stderr) for f in finished]}
 
 
+def fmt_cores(cores: dict[str, float | None] | None) -> str:
+    if not cores:
+        return ""
+    return "/".join("–" if cores.get(k) is None else f"{cores[k]:.2f}" for k in ("server", "workers", "bench"))
+
+
 def fmt_ms(v: float | None) -> str:
     return "–" if v is None else f"{v:.1f}"
 
 
 def figures_of(r: dict[str, Any], cap: dict[str, Any], wal_ref: float, minutes: float) -> list[Figure]:
+    from .load import P50_TARGET_MS, P99_TARGET_MS
+
     samples = [s for s in r["samples"] if s["warm"]]
     early = (minutes / 6, minutes / 3)
     late = (minutes * 5 / 6, minutes)
@@ -351,14 +402,23 @@ def figures_of(r: dict[str, Any], cap: dict[str, Any], wal_ref: float, minutes: 
                       reference="offered"))
     lat = r["latencies_s"]
     if lat:
-        from .load import P50_TARGET_MS, P99_TARGET_MS
-
         ms = sorted(v * 1000 for v in lat)  # sorted once (percentile's own sort is then linear)
         fig.append(Figure(S, "pickup latency p50, all jobs after the warm-up", percentile(ms, 50), "ms",
                           baseline_or_target=P50_TARGET_MS, reference="target", goal="<= 1"))
         fig.append(Figure(S, "pickup latency p99, all jobs after the warm-up", percentile(ms, 99), "ms",
                           baseline_or_target=P99_TARGET_MS, reference="target", goal="<= 1",
                           details={"max_ms": max(ms), "jobs": len(ms)}))
+
+    busy = [sum(v for v in s["cores"].values() if v is not None) for s in samples if s.get("cores")]
+    if busy:
+        # how close to the machine's limit "half the capacity" was: the capacity is a drain of a
+        # prefilled queue, without the producer's inserts and the producer itself on the same cores
+        fig.append(Figure(S, "cores busy after the warm-up (server + workers + producer), mean / most in an interval",
+                          statistics.fmean(busy), "cores", baseline_or_target=float(os.cpu_count() or 1),
+                          reference="the machine's cores", details={"most": max(busy)}))
+    stalled = [s for s in samples if s.get("max_ms") is not None and s["max_ms"] > 10 * P99_TARGET_MS]
+    fig.append(Figure(S, f"intervals after the warm-up with a pickup over {10 * P99_TARGET_MS:g} ms", len(stalled),
+                      "intervals", details={"of": len(samples), "minutes": [round(s["minute"], 2) for s in stalled]}))
 
     def trend(name: str, unit: str, scale: float, points: list[tuple[float, float]]) -> None:
         slope = slope_per_minute(points)
@@ -406,15 +466,20 @@ def figures_of(r: dict[str, Any], cap: dict[str, Any], wal_ref: float, minutes: 
 
 def sample_table(samples: list[dict[str, Any]]) -> Table:
     t = Table(title="soak samples (jobs = skiplock.jobs, attempts = skiplock.job_attempts; sizes are total relation sizes)")
-    cols = ["min", "offered/s", "done/s", "p50 ms", "p99 ms", "enqueue p99 ms", "backlog", "jobs live", "jobs dead", "jobs thr",
-            "jobs MiB", "jobs idx MiB", "jobs autovac", "attempts dead", "attempts MiB", "WAL MB/s"]
+    cols = ["min", "offered/s", "done/s", "p50 ms", "p99 ms", "→claim p99", "claim→start p99", "jobs/claim",
+            "cores srv/wrk/bench", "enqueue p99 ms",
+            "backlog", "jobs live", "jobs dead", "jobs thr", "jobs MiB", "jobs idx MiB", "jobs autovac", "attempts dead",
+            "attempts MiB", "WAL MB/s"]
     for col in cols:
         t.add_column(col, justify="right")
     for s in samples:
         j = s["tables"].get("jobs", {})
         a = s["tables"].get("job_attempts", {})
         t.add_row(f"{s['minute']:.1f}{'' if s['warm'] else '*'}", f"{s['offered_per_s']:,.0f}", f"{s['done_per_s']:,.0f}",
-                  fmt_ms(s["p50_ms"]), fmt_ms(s["p99_ms"]), fmt_ms(s["enqueue_call_p99_ms"]),
+                  fmt_ms(s["p50_ms"]), fmt_ms(s["p99_ms"]), fmt_ms(s.get("to_claim_p99_ms")),
+                  fmt_ms(s.get("claim_to_start_p99_ms")),
+                  "" if s.get("jobs_per_claim") is None else f"{s['jobs_per_claim']:.1f}", fmt_cores(s.get("cores")),
+                  fmt_ms(s["enqueue_call_p99_ms"]),
                   f"{s['queued'] + s['running']:,}", f"{j.get('live', 0):,}",
                   f"{j.get('dead', 0):,}", f"{j.get('vacuum_threshold', 0):,.0f}", f"{j.get('total_bytes', 0) / 2**20:.1f}",
                   f"{j.get('index_bytes', 0) / 2**20:.1f}", f"{j.get('autovacuums', 0)}", f"{a.get('dead', 0):,}",
