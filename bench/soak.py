@@ -3,6 +3,7 @@
     python -m bench.soak                     # 30 minutes on a fresh embedded server (deleted at the end)
     python -m bench.soak --quick             # 3 minutes
     python -m bench.soak --minutes 1         # any length (to try the tool)
+    python -m bench.soak --rate 2600 --worker-option adaptive_limit=false   # a fixed rate, worker options
     python -m bench.soak --dsn postgresql://…   # an existing server (a database is created and dropped)
 
 What runs, in order, on one server:
@@ -67,6 +68,7 @@ import psycopg
 from rich.console import Console
 from rich.table import Table
 
+from .worker import parse_option
 from .common import (FULL, QUICK, REPO_ROOT, Child, Context, Figure, MachineLoad, Server, ServerCpu, fresh_db, from_dsn,
                      one, percentile, settle, start_embedded, wait_for_sessions)
 
@@ -92,6 +94,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--processes", type=int, default=1, help="worker processes [1]")
     p.add_argument("--concurrency", type=int, default=16, help="slots per worker process [16]")
     p.add_argument("--interval", type=float, default=10.0, help="seconds between samples [10]")
+    p.add_argument("--rate", type=float,
+                   help="offer this many jobs/s instead of half the measured capacity (to compare runs at one rate)")
+    p.add_argument("--worker-option", action="append", default=[], metavar="KEY=VALUE", type=parse_option,
+                   help="app.worker(KEY=VALUE) for the soak's workers (JSON values), e.g. adaptive_limit=false")
     p.add_argument("--out", default=str(REPO_ROOT / "bench" / "results" / "soak.json"), help="JSON output path")
     p.add_argument("--png", default=str(REPO_ROOT / "bench" / "results" / "soak.png"), help="plot output path")
     args = p.parse_args(argv)
@@ -100,6 +106,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name, low in (("minutes", 0.1), ("interval", 1.0)):
         if not getattr(args, name) >= low:
             p.error(f"--{name} must be at least {low:g}")
+    if args.rate is not None and not args.rate > 0:
+        p.error("--rate must be a positive number of jobs/s")
     if args.processes < 1 or args.concurrency < 1:
         p.error("--processes and --concurrency must be at least 1")
     if args.interval > args.minutes * 60 / 6:
@@ -396,7 +404,9 @@ def figures_of(r: dict[str, Any], cap: dict[str, Any], wal_ref: float, minutes: 
     fig.append(Figure(S, f"capacity, {cell} slots, {cap['jobs']:,} prefilled 1 ms jobs", cap["throughput"], "jobs/s"))
     offered = statistics.fmean(s["offered_per_s"] for s in samples) if samples else None
     done = statistics.fmean(s["done_per_s"] for s in samples) if samples else None
-    fig.append(Figure(S, f"offered rate after the warm-up ({FRACTION:.0%} of capacity)", offered, "jobs/s",
+    fixed = abs(r["rate_target"] - FRACTION * cap["throughput"]) > 1e-6 * r["rate_target"]  # --rate
+    fig.append(Figure(S, f"offered rate after the warm-up ({'--rate' if fixed else f'{FRACTION:.0%} of capacity'})",
+                      offered, "jobs/s",
                       baseline_or_target=r["rate_target"], reference="target", goal=">= 0.95"))
     fig.append(Figure(S, "completions after the warm-up", done, "jobs/s", baseline_or_target=offered,
                       reference="offered"))
@@ -567,7 +577,9 @@ def main(argv: list[str] | None = None) -> int:
             "quick": args.quick, "minutes": args.minutes, "interval_s": args.interval,
             "machine": bench_main.machine_info(), "server": server.version(), "git": bench_main.git_info(),
             "server_kind": "external (--dsn)" if args.dsn else "embedded", "server_settings": settings,
-            "worker": {"runner": "bench.worker", "processes": args.processes, "concurrency": args.concurrency},
+            "worker": {"runner": "bench.worker", "processes": args.processes, "concurrency": args.concurrency,
+                       "options": dict(args.worker_option)},
+            "rate": args.rate,
             "load_average_start": os.getloadavg(),
         }
         load = MachineLoad(ctx.cpu())
@@ -580,8 +592,8 @@ def main(argv: list[str] | None = None) -> int:
         ctx.log(f"soak: capacity {cap['throughput']:,.0f} jobs/s")
         # the soak's workers prune on the soak's schedule: through bench.worker (app.worker(prune_interval=...))
         duration = args.minutes * 60
-        ctx.worker_options = {"prune_interval": prune_interval(duration)}
-        r = soak(ctx, args, FRACTION * cap["throughput"], settings)
+        ctx.worker_options = {**dict(args.worker_option), "prune_interval": prune_interval(duration)}
+        r = soak(ctx, args, args.rate or FRACTION * cap["throughput"], settings)
         ctx.worker_options = {}
         ctx.log("soak: pgbench again (WAL reference, machine drift)")
         pg_end = pgbench_wal(ctx, "soak_pgbench_end", tx)
