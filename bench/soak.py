@@ -68,9 +68,9 @@ import psycopg
 from rich.console import Console
 from rich.table import Table
 
-from .worker import parse_option
 from .common import (FULL, QUICK, REPO_ROOT, Child, Context, Figure, MachineLoad, Server, ServerCpu, fresh_db, from_dsn,
                      one, percentile, settle, start_embedded, wait_for_sessions)
+from .worker import parse_option
 
 DEFAULT_MINUTES = 30.0
 QUICK_MINUTES = 3.0
@@ -376,7 +376,8 @@ def soak(ctx: Context, args: argparse.Namespace, rate: float, settings: dict[str
         breakdown = wal_breakdown(dsn, *late_interval) if late_interval else "no warm interval"
         settle(dsn)
     assert sampler is not None
-    return {"rate_target": rate, "producer_achieved_rate": producer.achieved_rate(), "retention_done_s": retention,
+    return {"rate_target": rate, "rate_fixed": args.rate is not None, "producer_achieved_rate": producer.achieved_rate(),
+            "retention_done_s": retention,
             "prune_interval_s": prune, "warmup_minutes": warmup_min, "samples": sampler.samples,
             "latencies_s": sampler.latencies, "stopped_early": stopped_early, "wal_breakdown_late_interval": breakdown,
             "worker_exits": [f.returncode for f in finished], "workers": [summary_of(f.stderr) for f in finished]}
@@ -404,8 +405,7 @@ def figures_of(r: dict[str, Any], cap: dict[str, Any], wal_ref: float, minutes: 
     fig.append(Figure(S, f"capacity, {cell} slots, {cap['jobs']:,} prefilled 1 ms jobs", cap["throughput"], "jobs/s"))
     offered = statistics.fmean(s["offered_per_s"] for s in samples) if samples else None
     done = statistics.fmean(s["done_per_s"] for s in samples) if samples else None
-    fixed = abs(r["rate_target"] - FRACTION * cap["throughput"]) > 1e-6 * r["rate_target"]  # --rate
-    fig.append(Figure(S, f"offered rate after the warm-up ({'--rate' if fixed else f'{FRACTION:.0%} of capacity'})",
+    fig.append(Figure(S, f"offered rate after the warm-up ({'--rate' if r['rate_fixed'] else f'{FRACTION:.0%} of capacity'})",
                       offered, "jobs/s",
                       baseline_or_target=r["rate_target"], reference="target", goal=">= 0.95"))
     fig.append(Figure(S, "completions after the warm-up", done, "jobs/s", baseline_or_target=offered,
@@ -592,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx.log(f"soak: capacity {cap['throughput']:,.0f} jobs/s")
         # the soak's workers prune on the soak's schedule: through bench.worker (app.worker(prune_interval=...))
         duration = args.minutes * 60
-        ctx.worker_options = {**dict(args.worker_option), "prune_interval": prune_interval(duration)}
+        ctx.worker_options = {"prune_interval": prune_interval(duration), **dict(args.worker_option)}
         r = soak(ctx, args, args.rate or FRACTION * cap["throughput"], settings)
         ctx.worker_options = {}
         ctx.log("soak: pgbench again (WAL reference, machine drift)")
