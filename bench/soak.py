@@ -68,8 +68,8 @@ import psycopg
 from rich.console import Console
 from rich.table import Table
 
-from .common import (FULL, QUICK, REPO_ROOT, Child, Context, Figure, MachineLoad, Server, ServerCpu, fresh_db, from_dsn,
-                     one, percentile, settle, start_embedded, wait_for_sessions)
+from .common import (FULL, QUICK, REPO_ROOT, Child, Context, DbCounters, Figure, MachineLoad, Server, ServerCpu, fresh_db,
+                     from_dsn, one, percentile, settle, start_embedded, wait_for_sessions)
 from .worker import parse_option
 
 DEFAULT_MINUTES = 30.0
@@ -169,11 +169,11 @@ def read_settings(c: psycopg.Connection[Any]) -> dict[str, str]:
 class Sampler:
     """One sample every ``interval`` seconds of the soak database (see the module docstring)."""
 
-    def __init__(self, dsn: str, producer: Any, settings: dict[str, str], cpu: ServerCpu | None = None,
-                 workers: Sequence[Child] = ()):
+    def __init__(self, dsn: str, producer: Any, settings: dict[str, str], cpu: ServerCpu, workers: Sequence[Child]):
         self.conn = psycopg.connect(dsn, autocommit=True)
         self.producer = producer
-        self.server_cpu, self.workers = cpu, list(workers)
+        self.dsn, self.server_cpu, self.workers = dsn, cpu, list(workers)
+        self.counters = DbCounters.read(dsn, cpu)  # commits in the database, the server's CPU
         self.cpu = self._cpu()
         self.settings = settings
         self.samples: list[dict[str, Any]] = []
@@ -183,11 +183,10 @@ class Sampler:
         self.sent = producer.sent
         self.at = time.monotonic()
         self.last_lsn = self._wal()[0]
-        self.commits = self._commits()
 
-    def _cpu(self) -> tuple[float | None, float, float]:
-        """CPU seconds so far: the server's process tree, the workers, this process (the producer,
-        the sampler)."""
+    def _cpu(self) -> tuple[float, float]:
+        """CPU seconds so far of the workers and of this process (the producer, the sampler); the
+        server's is in ``DbCounters``."""
         me = psutil.Process().cpu_times()
         workers = 0.0
         for w in self.workers:
@@ -195,12 +194,7 @@ class Sampler:
                 workers += w.cpu_now()
             except psutil.Error:
                 pass
-        return (None if self.server_cpu is None else self.server_cpu.total()), workers, me.user + me.system
-
-    def _commits(self) -> int:
-        """Transactions committed in the soak's database so far (every session's: the workers', the
-        producer's, this sampler's own few)."""
-        return int(one(self.conn, "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")[0])
+        return workers, me.user + me.system
 
     def _server_now(self) -> float:
         return float(one(self.conn, "SELECT extract(epoch FROM clock_timestamp())::float8")[0])
@@ -226,13 +220,15 @@ class Sampler:
         to_claim = [r[4] - r[1] for r in rows]
         in_claim = [r[2] - r[4] for r in rows]
         claims = len({r[4] for r in rows})
-        commits = self._commits()
+        counters = DbCounters.read(self.dsn, self.server_cpu)
+        counted = self.counters.delta(counters)  # (its commits include the sampler's own few)
         at, sent = time.monotonic(), self.producer.sent
         calls = self.producer.take_calls()
         cpu = self._cpu()
         # cores busy during the interval: the machine has os.cpu_count() of them in all
-        cores = {"server": None if cpu[0] is None or self.cpu[0] is None else (cpu[0] - self.cpu[0]) / (at - self.at),
-                 "workers": (cpu[1] - self.cpu[1]) / (at - self.at), "bench": (cpu[2] - self.cpu[2]) / (at - self.at)}
+        server_s = counted["server_cpu_s"]
+        cores = {"server": None if server_s is None else server_s / counted["seconds"],
+                 "workers": (cpu[0] - self.cpu[0]) / (at - self.at), "bench": (cpu[1] - self.cpu[1]) / (at - self.at)}
         queued, running = queue_depth_on(c)
         c.execute("SELECT pg_stat_clear_snapshot()")
         tables: dict[str, dict[str, Any]] = {}
@@ -253,14 +249,14 @@ class Sampler:
             "to_claim_p99_ms": percentile(to_claim, 99) * 1000 if rows else None,
             "claim_to_start_p99_ms": percentile(in_claim, 99) * 1000 if rows else None,
             "jobs_per_claim": len(rows) / claims if claims else None,
-            "commits_per_job": (commits - self.commits) / len(rows) if rows else None,
+            "commits_per_job": counted["xact_commit"] / len(rows) if rows else None,
             "cores": cores,
             "queued": queued, "running": running, "tables": tables,
             "wal_lsn": lsn, "wal_records": records, "wal_fpi": fpi, "wal_bytes_per_s": (lsn - self.last_lsn) / (at - self.at),
         }
         if warm:
             self.latencies.extend(lat)
-        self.bound, self.sent, self.at, self.last_lsn, self.commits, self.cpu = bound, sent, at, lsn, commits, cpu
+        self.bound, self.sent, self.at, self.last_lsn, self.counters, self.cpu = bound, sent, at, lsn, counters, cpu
         self.samples.append(s)
         return s
 
