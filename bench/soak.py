@@ -55,6 +55,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -70,7 +71,7 @@ from rich.table import Table
 
 from .common import (FULL, QUICK, REPO_ROOT, Child, Context, DbCounters, Figure, MachineLoad, Server, ServerCpu, fresh_db,
                      from_dsn, one, percentile, settle, start_embedded, wait_for_sessions)
-from .worker import parse_option
+from .worker import DEBUG_LOGGERS_ENV, parse_option
 
 DEFAULT_MINUTES = 30.0
 QUICK_MINUTES = 3.0
@@ -241,6 +242,7 @@ class Sampler:
         lsn, records, fpi = self._wal()
         s = {
             "minute": minute, "at_minute": (at - self.t0) / 60, "warm": warm, "seconds": bound - self.bound,
+            "window_epoch": (self.bound, bound),
             "offered_per_s": (sent - self.sent) / (at - self.at), "done_per_s": len(rows) / (bound - self.bound),
             "jobs_done": len(rows),
             "p50_ms": percentile(lat, 50) * 1000 if lat else None, "p99_ms": percentile(lat, 99) * 1000 if lat else None,
@@ -321,8 +323,8 @@ def soak(ctx: Context, args: argparse.Namespace, rate: float, settings: dict[str
     warmup_min = args.minutes / 6
     with fresh_db(ctx.server, "soak") as dsn:
         producer = Producer(dsn, rate)
-        workers = [ctx.worker(dsn, args.concurrency, stop_when_empty=False, env={RETENTION_ENV: str(retention)})
-                   for _ in range(args.processes)]
+        env = {RETENTION_ENV: str(retention), DEBUG_LOGGERS_ENV: GOVERNOR_LOGGER}  # the lease limit's moves
+        workers = [ctx.worker(dsn, args.concurrency, stop_when_empty=False, env=env) for _ in range(args.processes)]
         sampler: Sampler | None = None
         stopped_early: str | None = None
         late_interval: tuple[int, int, int] | None = None
@@ -372,11 +374,63 @@ def soak(ctx: Context, args: argparse.Namespace, rate: float, settings: dict[str
         breakdown = wal_breakdown(dsn, *late_interval) if late_interval else "no warm interval"
         settle(dsn)
     assert sampler is not None
+    lease_limits(sampler.samples, [limit_moves(f.stderr) for f in finished])
     return {"rate_target": rate, "rate_fixed": args.rate is not None, "producer_achieved_rate": producer.achieved_rate(),
             "retention_done_s": retention,
             "prune_interval_s": prune, "warmup_minutes": warmup_min, "samples": sampler.samples,
             "latencies_s": sampler.latencies, "stopped_early": stopped_early, "wal_breakdown_late_interval": breakdown,
             "worker_exits": [f.returncode for f in finished], "workers": [summary_of(f.stderr) for f in finished]}
+
+
+GOVERNOR_LOGGER = "skiplock.worker.governor"
+LIMIT_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) DEBUG skiplock\.worker\.governor: "
+                        r"lease limit (?:starts at|\d+ ->) (\d+) of \d+ slots")
+
+
+def limit_moves(stderr: str) -> list[tuple[float, int]]:
+    """A worker's lease limit over time, from its log (``bench.worker`` with the governor's logger at
+    DEBUG): (epoch seconds, the limit from then on), the first one its start."""
+    moves = []
+    for line in stderr.splitlines():
+        m = LIMIT_LINE.match(line)
+        if m:  # logging's asctime: local time, milliseconds after the comma
+            at = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            moves.append((at, int(m.group(2))))
+    return moves
+
+
+def lease_limits(samples: list[dict[str, Any]], moves: Sequence[list[tuple[float, int]]]) -> None:
+    """Adds to every sample its workers' lease limit, summed over the processes: the time-weighted
+    mean over the sample's window (``limit_mean``), the lowest and highest (``limit_min``,
+    ``limit_max``); None for all when
+    a worker logged none (an older worker, or one that logs no DEBUG)."""
+    for s in samples:
+        lo, hi = s["window_epoch"]
+        means, mins, maxes = [], [], []
+        for events in moves:
+            if not events or hi <= lo:
+                break
+            limit = events[0][1]  # its start (a window before it: the start)
+            area, low, high = 0.0, None, None
+            at = lo
+            for t, value in events:
+                if t <= lo:
+                    limit = value
+                    continue
+                if t >= hi:
+                    break
+                area += limit * (t - at)
+                low = limit if low is None else min(low, limit)
+                high = limit if high is None else max(high, limit)
+                at, limit = t, value
+            area += limit * (hi - at)
+            means.append(area / (hi - lo))
+            mins.append(limit if low is None else min(low, limit))
+            maxes.append(limit if high is None else max(high, limit))
+        ok = len(means) == len(moves) and moves
+        s["limit_mean"] = sum(means) if ok else None
+        s["limit_min"] = sum(mins) if ok else None  # (the sum of each process's lowest)
+        s["limit_max"] = sum(maxes) if ok else None
 
 
 def fmt_cores(cores: dict[str, float | None] | None) -> str:
@@ -426,6 +480,17 @@ def figures_of(r: dict[str, Any], cap: dict[str, Any], wal_ref: float, minutes: 
     fig.append(Figure(S, f"intervals after the warm-up with a pickup over {10 * P99_TARGET_MS:g} ms", len(stalled),
                       "intervals", details={"of": len(samples), "minutes": [round(s["minute"], 2) for s in stalled]}))
 
+    limited = [s for s in samples if s.get("limit_mean") is not None]
+    if limited:
+        # the lease governor (worker/governor.py) cut its limit below its highest: did the stalls
+        # (above) come with cuts?
+        top = max(s["limit_max"] for s in limited)
+        cut = [s for s in limited if s["limit_min"] < top]
+        fig.append(Figure(S, "intervals after the warm-up with the lease limit below its highest", len(cut), "intervals",
+                          details={"of": len(limited), "highest": top, "minutes": [round(s["minute"], 2) for s in cut],
+                                   "stalled_and_cut": [round(s["minute"], 2) for s in stalled if s in cut],
+                                   "mean_limit": statistics.fmean(s["limit_mean"] for s in limited)}))
+
     def trend(name: str, unit: str, scale: float, points: list[tuple[float, float]]) -> None:
         slope = slope_per_minute(points)
         e, l = mean_in(points, *early), mean_in(points, *late)
@@ -473,7 +538,7 @@ def figures_of(r: dict[str, Any], cap: dict[str, Any], wal_ref: float, minutes: 
 def sample_table(samples: list[dict[str, Any]]) -> Table:
     t = Table(title="soak samples (jobs = skiplock.jobs, attempts = skiplock.job_attempts; sizes are total relation sizes)")
     cols = ["min", "offered/s", "done/s", "p50 ms", "p99 ms", "→claim p99", "claim→start p99", "jobs/claim",
-            "cores srv/wrk/bench", "enqueue p99 ms",
+            "cores srv/wrk/bench", "lease limit mean/min", "enqueue p99 ms",
             "backlog", "jobs live", "jobs dead", "jobs thr", "jobs MiB", "jobs idx MiB", "jobs autovac", "attempts dead",
             "attempts MiB", "WAL MB/s"]
     for col in cols:
@@ -485,6 +550,7 @@ def sample_table(samples: list[dict[str, Any]]) -> Table:
                   fmt_ms(s["p50_ms"]), fmt_ms(s["p99_ms"]), fmt_ms(s.get("to_claim_p99_ms")),
                   fmt_ms(s.get("claim_to_start_p99_ms")),
                   "" if s.get("jobs_per_claim") is None else f"{s['jobs_per_claim']:.1f}", fmt_cores(s.get("cores")),
+                  "–" if s.get("limit_mean") is None else f"{s['limit_mean']:.1f}/{s['limit_min']}",
                   fmt_ms(s["enqueue_call_p99_ms"]),
                   f"{s['queued'] + s['running']:,}", f"{j.get('live', 0):,}",
                   f"{j.get('dead', 0):,}", f"{j.get('vacuum_threshold', 0):,.0f}", f"{j.get('total_bytes', 0) / 2**20:.1f}",

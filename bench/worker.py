@@ -4,7 +4,8 @@ The benchmark normally runs workers through the public CLI (``python -m skiplock
 ``python -m bench --worker-option KEY=VALUE`` is given (e.g. ``batch_size=10``, ``listen=false``,
 ``queues=["default"]``), workers run through this runner instead: the same public API the CLI calls
 (``app.worker(**options).run(stop_when_empty=...)``), the same log format and the same final
-"stopped:" line, so the scenarios read both alike.
+"stopped:" line, so the scenarios read both alike. ``BENCH_DEBUG_LOGGERS`` (comma-separated logger
+names) logs those at DEBUG, e.g. ``skiplock.worker.governor``: every move of the lease limit.
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from typing import Any
 
 from .tasks import make_app
+
+DEBUG_LOGGERS_ENV = "BENCH_DEBUG_LOGGERS"  # comma-separated loggers to log at DEBUG whatever --log-level says
 
 
 def parse_option(text: str) -> tuple[str, Any]:
@@ -38,6 +42,8 @@ def main() -> int:
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args()
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in filter(None, os.environ.get(DEBUG_LOGGERS_ENV, "").split(",")):  # e.g. the governor's moves
+        logging.getLogger(name.strip()).setLevel(logging.DEBUG)
     app = make_app(args.dsn)
     options = dict(args.option)
     if args.poll_interval is not None:

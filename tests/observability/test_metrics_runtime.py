@@ -42,6 +42,10 @@ def test_busy_slots_in_flight_and_the_oldest_ready_age(app):
         samples = scrape(metrics)
         assert value(samples, "skiplock_worker_slots") == 2
         assert value(samples, "skiplock_worker_slots_busy") == 1
+        # the lease governor: two slots, both allowed a lease; the busy one holds a permit
+        assert value(samples, "skiplock_worker_lease_limit") == 2
+        assert 1 <= value(samples, "skiplock_worker_leases_held") <= 2
+        assert value(samples, "skiplock_worker_lease_limit_changes_total") == worker.governor.changes
         assert value(samples, "skiplock_jobs_in_flight") == 1
         # a queue no worker serves: its oldest ready job is two minutes old (sampled, not per scrape)
         app.enqueue("nobody_runs_this", queue="idle", run_at=datetime.now(timezone.utc) - timedelta(minutes=2))

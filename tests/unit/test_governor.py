@@ -88,6 +88,21 @@ def test_the_limit_shrinks_in_proportion_when_the_overhead_per_job_rises_but_nev
     assert g.limit == 4
 
 
+def test_every_move_of_the_limit_is_logged_at_debug_with_its_reason(caplog):
+    g, clock = governor(slots=64, start=16, floor=4, tolerance=2.0)
+    with caplog.at_level("DEBUG", logger="skiplock.worker.governor"):
+        window(g, clock, 0.001)                 # cheap leases, slots waiting: grows
+        grown = g.limit
+        window(g, clock, 0.010)                 # 10x the baseline: cut
+        window(g, clock, 0.010, waited=False)   # (a second slow window cuts again)
+        moves = g.changes
+    lines = [r.getMessage() for r in caplog.records if r.name == "skiplock.worker.governor"]
+    assert len(lines) == moves == 3
+    assert lines[0].startswith(f"lease limit 16 -> {grown} of 64 slots: leases as cheap as the baseline")
+    assert lines[1].startswith(f"lease limit {grown} -> ") and "slower leases" in lines[1]
+    assert "overhead per job 10.00 ms against a baseline of 1.00 ms" in lines[1]
+
+
 def test_small_absolute_rises_are_not_contention():
     g, clock = governor(slots=64, start=16, slack=0.002, tolerance=2.0)
     window(g, clock, 0.0002)

@@ -16,7 +16,9 @@ What is measured where:
   ``skiplock_job_duration_seconds{task,queue}`` (handler time), ``skiplock_job_queue_wait_seconds{task,queue}``
   (from due to claimed, the database's clock), ``skiplock_jobs_in_flight`` (handlers running now);
 - read at scrape time from the worker's and relay's own counters (no per-job cost):
-  ``skiplock_worker_slots``, ``skiplock_worker_slots_busy``, ``skiplock_reconnects_total``,
+  ``skiplock_worker_slots``, ``skiplock_worker_slots_busy``, ``skiplock_worker_lease_limit`` and
+  ``skiplock_worker_leases_held`` (the lease governor's limit and permits held: worker/governor.py),
+  ``skiplock_worker_lease_limit_changes_total``, ``skiplock_reconnects_total``,
   ``skiplock_lease_losses_total``, ``skiplock_rescues_total``, ``skiplock_outbox_deliveries_total{outcome}``;
 - sampled by one cheap query every ``interval`` seconds (:class:`Sampler`, run by the worker; never per
   scrape): ``skiplock_queue_ready_jobs{queue}``, ``skiplock_queue_oldest_ready_age_seconds{queue}``
@@ -228,8 +230,17 @@ class _RunnerCollector:
         slots.add_metric([], sum(w.concurrency for w in workers))
         busy = GaugeMetricFamily("skiplock_worker_slots_busy", "Slots running a claim now.")
         busy.add_metric([], sum(len(w._busy) for w in workers))
+        governors = [w.governor for w in workers if getattr(w, "governor", None) is not None]
+        limit = GaugeMetricFamily("skiplock_worker_lease_limit",
+                                  "Slots the lease governor lets hold a lease at once now (worker/governor.py).")
+        limit.add_metric([], sum(g.limit for g in governors))
+        held = GaugeMetricFamily("skiplock_worker_leases_held", "The lease governor's permits held now.")
+        held.add_metric([], sum(g.held for g in governors))
         reconnects = CounterMetricFamily("skiplock_reconnects", "Database connections lost and made again.")
         reconnects.add_metric([], counts["reconnects"])
+        moves = CounterMetricFamily("skiplock_worker_lease_limit_changes",
+                                    "How often the lease governor moved its limit (running workers).")
+        moves.add_metric([], sum(g.changes for g in governors))
         lost = CounterMetricFamily("skiplock_lease_losses", "Claimed-lease jobs whose finishing write was refused.")
         lost.add_metric([], counts["lost"])
         rescues = CounterMetricFamily("skiplock_rescues", "Expired claimed leases returned to the queue or failed.")
@@ -237,7 +248,7 @@ class _RunnerCollector:
         deliveries = CounterMetricFamily("skiplock_outbox_deliveries", "Outbox delivery outcomes.", labels=["outcome"])
         for outcome, key in (("sent", "sent"), ("retry", "retry"), ("failed", "failed"), ("lost", "lost_messages")):
             deliveries.add_metric([outcome], counts[key])
-        yield from (slots, busy, reconnects, lost, rescues, deliveries)
+        yield from (slots, busy, limit, held, moves, reconnects, lost, rescues, deliveries)
 
 
 class Sampler(Service):

@@ -29,6 +29,11 @@ rare and cheap, get every slot. Processes sharing a database also split ``start`
 their leases run batches (``share()``, fed by the presence loop's count of live workers): one more
 lease in one process barely moves its own overhead, so each adapting alone let them all collapse.
 
+Seeing it: every move of the limit is logged at DEBUG on ``skiplock.worker.governor``, with its
+reason and the overheads it judged (a stall in pickups that coincides with a cut reads straight off the
+log); with metrics on, ``skiplock_worker_lease_limit`` and ``skiplock_worker_leases_held`` are the
+limit and the permits held now, ``skiplock_worker_lease_limit_changes_total`` how often it moved.
+
 Guarantees: it never changes what runs or in which lease, only when a slot may claim; a slot
 waiting for a permit holds no transaction and no row lock; ``stop`` releases every waiter; at most
 ``limit`` permits are held once their holders have seen ``over()`` after their current lease.
@@ -36,11 +41,14 @@ waiting for a permit holds no transaction and no row lock; ``stop`` releases eve
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
 from statistics import median
 from typing import Any, Callable
+
+log = logging.getLogger("skiplock.worker.governor")
 
 
 class Permit:
@@ -81,6 +89,7 @@ class Governor:
         self._window_start = clock()
         self._medians: deque[float] = deque(maxlen=history)
         self.changes = 0  # how often the limit moved (for logs and tests)
+        log.debug("lease limit starts at %d of %d slots (%s)", self.limit, slots, "adaptive" if adaptive else "fixed")
 
     @property
     def held(self) -> int:
@@ -126,6 +135,8 @@ class Governor:
             # More processes than before: every job length starts again from the share (slower jobs
             # then grow past it while their leases stay cheap, against a baseline measured there).
             if self.limit > self.cap and (self._fast or self.cap < before):
+                log.debug("lease limit %d -> %d of %d slots: %d worker processes share the database",
+                          self.limit, self.cap, self.slots, processes)
                 self.limit = self.cap
                 self.changes += 1
 
@@ -173,6 +184,7 @@ class Governor:
         if samples:
             self._fast = 2 * batched >= len(samples)
         cap = self.cap if self._fast else self.slots
+        why = ""
         if len(samples) >= self.min_samples:
             m, h = median(samples), median(handlers)
             self._medians.append(m)
@@ -180,13 +192,21 @@ class Governor:
             if m > self.tolerance * baseline and m - baseline > self.slack and h + m > self.tolerance * (h + baseline):
                 floor = min(self.floor, cap)
                 self.limit = max(floor, int(self.limit * max(0.5, self.tolerance * (h + baseline) / (h + m))))
+                why = "slower leases"
             elif self.limit > cap:  # batches again (after slower jobs): back to the share
                 self.limit = cap
+                why = "back to the share"
             elif waited and self.limit < cap:
                 self.limit = min(cap, self.limit + max(1, self.limit // 8))
+                why = "leases as cheap as the baseline, slots waiting"
+            if why and self.limit != before:
+                why += (f" (overhead per job {m * 1000:.2f} ms against a baseline of {baseline * 1000:.2f} ms,"
+                        f" handlers {h * 1000:.2f} ms, {len(samples)} leases)")
         elif waited:  # few leases ended: long jobs (or a few long batches), not evidence of contention
             self.limit = max(self.limit, min(cap, self.limit * 2))
+            why = f"slots waiting, {len(samples)} leases ended in the window"
         if self.limit != before:
             self.changes += 1
+            log.debug("lease limit %d -> %d of %d slots: %s", before, self.limit, self.slots, why)
             if self.limit > before:
                 self._cond.notify_all()
