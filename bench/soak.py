@@ -4,6 +4,7 @@
     python -m bench.soak --quick             # 3 minutes
     python -m bench.soak --minutes 1         # any length (to try the tool)
     python -m bench.soak --rate 2600 --worker-option adaptive_limit=false   # a fixed rate, worker options
+    python -m bench.soak --rev HEAD~1 --rate 2600   # skiplock as committed in a revision (before/after pairs)
     python -m bench.soak --dsn postgresql://…   # an existing server (a database is created and dropped)
 
 What runs, in order, on one server:
@@ -16,9 +17,12 @@ What runs, in order, on one server:
    at 50 % of that capacity (``bench.load.Producer``), for the whole duration D. Every 10 s a sample:
    jobs offered and completed per second, pickup latency (handler start − ``created_at``, see
    ``bench/load.py``) p50/p99/max of the jobs that finished in that interval, split at the claim
-   (insert → claim p99: the job waited in the queue; claim → handler start p99: it waited behind its
-   batch-mates), their jobs per claim and the database's commits per job, the cores busy (the
-   server's process tree, the workers, this process: producer and sampler), the backlog (queued and
+   (insert → claim p99: the job waited in the queue; claim → handler start p99: it waited in its
+   claim, itself split into claim → its first job's start, the claim statement and the batch's
+   bookkeeping, and the wait behind that first start: batch-mates run before it, or a hand-off), their
+   jobs per claim and the database's commits per job, the cores busy (the
+   server's process tree, the workers, this process: producer and sampler), the lease governor's limit
+   (from the workers' DEBUG lines of ``skiplock.worker.governor``), the backlog (queued and
    running jobs), and for every table of the ``skiplock`` schema its live and dead tuples
    (``pg_stat_user_tables``; the statistics lag by up to a second), (auto)vacuum and autoanalyze
    counts, table, index and total size (``pg_relation_size``, ``pg_indexes_size``,
@@ -70,7 +74,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .common import (FULL, QUICK, REPO_ROOT, Child, Context, DbCounters, Figure, MachineLoad, Server, ServerCpu, fresh_db,
-                     from_dsn, one, percentile, settle, start_embedded, wait_for_sessions)
+                     from_dsn, one, percentile, settle, start_embedded, use_revision, wait_for_sessions)
 from .worker import DEBUG_LOGGERS_ENV, parse_option
 
 DEFAULT_MINUTES = 30.0
@@ -99,6 +103,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="offer this many jobs/s instead of half the measured capacity (to compare runs at one rate)")
     p.add_argument("--worker-option", action="append", default=[], metavar="KEY=VALUE", type=parse_option,
                    help="app.worker(KEY=VALUE) for the soak's workers (JSON values), e.g. adaptive_limit=false")
+    p.add_argument("--rev", help="soak skiplock's src/ as committed in this git revision (exported with git "
+                                 "archive; the soak runs again in a process that imports it), not the working tree")
     p.add_argument("--out", default=str(REPO_ROOT / "bench" / "results" / "soak.json"), help="JSON output path")
     p.add_argument("--png", default=str(REPO_ROOT / "bench" / "results" / "soak.png"), help="plot output path")
     args = p.parse_args(argv)
@@ -221,6 +227,13 @@ class Sampler:
         to_claim = [r[4] - r[1] for r in rows]
         in_claim = [r[2] - r[4] for r in rows]
         claims = len({r[4] for r in rows})
+        # and within the claim: until its first job started (the claim statement, the batch's
+        # bookkeeping), and from there (behind batch-mates, or waiting for a slot it was handed to)
+        first: dict[float, float] = {}
+        for r in rows:
+            first[r[4]] = min(first.get(r[4], r[2]), r[2])
+        to_first = [first[r[4]] - r[4] for r in rows]
+        behind = [r[2] - first[r[4]] for r in rows]
         counters = DbCounters.read(self.dsn, self.server_cpu)
         counted = self.counters.delta(counters)  # (its commits include the sampler's own few)
         at, sent = time.monotonic(), self.producer.sent
@@ -250,6 +263,8 @@ class Sampler:
             "enqueue_call_p99_ms": percentile([c[3] - c[2] for c in calls], 99) * 1000 if calls else None,
             "to_claim_p99_ms": percentile(to_claim, 99) * 1000 if rows else None,
             "claim_to_start_p99_ms": percentile(in_claim, 99) * 1000 if rows else None,
+            "claim_to_first_p99_ms": percentile(to_first, 99) * 1000 if rows else None,
+            "behind_first_p99_ms": percentile(behind, 99) * 1000 if rows else None,
             "jobs_per_claim": len(rows) / claims if claims else None,
             "commits_per_job": counted["xact_commit"] / len(rows) if rows else None,
             "cores": cores,
@@ -375,14 +390,17 @@ def soak(ctx: Context, args: argparse.Namespace, rate: float, settings: dict[str
         settle(dsn)
     assert sampler is not None
     lease_limits(sampler.samples, [limit_moves(f.stderr) for f in finished])
+    governor_lines = [[line for line in f.stderr.splitlines() if GOVERNOR_LINE.match(line)] for f in finished]
     return {"rate_target": rate, "rate_fixed": args.rate is not None, "producer_achieved_rate": producer.achieved_rate(),
             "retention_done_s": retention,
             "prune_interval_s": prune, "warmup_minutes": warmup_min, "samples": sampler.samples,
             "latencies_s": sampler.latencies, "stopped_early": stopped_early, "wal_breakdown_late_interval": breakdown,
-            "worker_exits": [f.returncode for f in finished], "workers": [summary_of(f.stderr) for f in finished]}
+            "worker_exits": [f.returncode for f in finished], "workers": [summary_of(f.stderr) for f in finished],
+            "lease_limit_lines": governor_lines}
 
 
 GOVERNOR_LOGGER = "skiplock.worker.governor"
+GOVERNOR_LINE = re.compile(r"^\S+ \S+ DEBUG skiplock\.worker\.governor: ")
 LIMIT_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) DEBUG skiplock\.worker\.governor: "
                         r"lease limit (?:starts at|\d+ ->) (\d+) of \d+ slots")
 
@@ -537,7 +555,8 @@ def figures_of(r: dict[str, Any], cap: dict[str, Any], wal_ref: float, minutes: 
 
 def sample_table(samples: list[dict[str, Any]]) -> Table:
     t = Table(title="soak samples (jobs = skiplock.jobs, attempts = skiplock.job_attempts; sizes are total relation sizes)")
-    cols = ["min", "offered/s", "done/s", "p50 ms", "p99 ms", "→claim p99", "claim→start p99", "jobs/claim",
+    cols = ["min", "offered/s", "done/s", "p50 ms", "p99 ms", "→claim p99", "claim→start p99", "claim→1st p99",
+            "behind 1st p99", "jobs/claim",
             "cores srv/wrk/bench", "lease limit mean/min", "enqueue p99 ms",
             "backlog", "jobs live", "jobs dead", "jobs thr", "jobs MiB", "jobs idx MiB", "jobs autovac", "attempts dead",
             "attempts MiB", "WAL MB/s"]
@@ -548,7 +567,8 @@ def sample_table(samples: list[dict[str, Any]]) -> Table:
         a = s["tables"].get("job_attempts", {})
         t.add_row(f"{s['minute']:.1f}{'' if s['warm'] else '*'}", f"{s['offered_per_s']:,.0f}", f"{s['done_per_s']:,.0f}",
                   fmt_ms(s["p50_ms"]), fmt_ms(s["p99_ms"]), fmt_ms(s.get("to_claim_p99_ms")),
-                  fmt_ms(s.get("claim_to_start_p99_ms")),
+                  fmt_ms(s.get("claim_to_start_p99_ms")), fmt_ms(s.get("claim_to_first_p99_ms")),
+                  fmt_ms(s.get("behind_first_p99_ms")),
                   "" if s.get("jobs_per_claim") is None else f"{s['jobs_per_claim']:.1f}", fmt_cores(s.get("cores")),
                   "–" if s.get("limit_mean") is None else f"{s['limit_mean']:.1f}/{s['limit_min']}",
                   fmt_ms(s["enqueue_call_p99_ms"]),
@@ -617,8 +637,23 @@ def plot(samples: list[dict[str, Any]], path: Path, title: str, warmup_min: floa
     return None
 
 
+REV_ENV = "BENCH_SOAK_REVISION"  # set for the process --rev starts: what it exported (JSON)
+
+
+def run_revision(args: argparse.Namespace, argv: list[str] | None) -> None:
+    """``--rev``: export that revision's src/ and run the soak again in a process that imports it
+    (this one has imported the working tree's skiplock already: bench.tasks); its workers inherit
+    the path. Does not return."""
+    info = use_revision(args.rev)
+    os.environ[REV_ENV] = json.dumps(info)
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "bench.soak", *(argv if argv is not None else sys.argv[1:])])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.rev and REV_ENV not in os.environ:
+        run_revision(args, argv)
     from . import __main__ as bench_main
     from .load import capacity
 
@@ -637,7 +672,8 @@ def main(argv: list[str] | None = None) -> int:
             "command": " ".join(["python", "-m", "bench.soak", *(argv if argv is not None else sys.argv[1:])]),
             "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
             "quick": args.quick, "minutes": args.minutes, "interval_s": args.interval,
-            "machine": bench_main.machine_info(), "server": server.version(), "git": bench_main.git_info(),
+            "machine": bench_main.machine_info(), "server": server.version(),
+            "git": json.loads(os.environ[REV_ENV]) if args.rev else bench_main.git_info(),
             "server_kind": "external (--dsn)" if args.dsn else "embedded", "server_settings": settings,
             "worker": {"runner": "bench.worker", "processes": args.processes, "concurrency": args.concurrency,
                        "options": dict(args.worker_option)},
@@ -679,7 +715,8 @@ def main(argv: list[str] | None = None) -> int:
     out = {"meta": meta, "figures": [f.to_json() for f in figures], "capacity": cap,
            "pgbench": {"start": pg_start, "end": pg_end}, "samples": r["samples"],
            "wal_breakdown_late_interval": r["wal_breakdown_late_interval"],
-           "workers": r["workers"], "worker_exits": r["worker_exits"]}
+           "workers": r["workers"], "worker_exits": r["worker_exits"],
+           "lease_limit_lines": r["lease_limit_lines"]}
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2, default=str) + "\n")
