@@ -176,3 +176,44 @@ def test_jobs_not_started_within_the_budget_are_released_and_run_later(app, db):
     assert len(batches_of(db, ids)) == 4
     assert db.execute("SELECT max(attempts) FROM skiplock.jobs WHERE id = ANY(%s)", [ids]).fetchone()[0] == 1
     assert running.most == 1
+
+
+def test_slots_the_lease_limit_holds_back_still_run_batch_mates_handed_to_them(app, db):
+    """A slot that finds every governor permit taken (worker/governor.py) waits where a batch can hand
+    it jobs: batch-mates run in their claim's transaction, under its lease, and need no permit. With
+    one lease allowed and seven slots held back, a batch of eight still starts all eight at once."""
+    running = Running()
+    release_hold = threading.Event()
+
+    @app.task(name="hold")
+    def hold(job):
+        release_hold.wait(30)
+
+    @app.task(name="nap")
+    def nap(job):
+        running.enter(job.id)
+        time.sleep(0.5)
+        running.leave(job.id)
+
+    worker = app.worker(concurrency=8, handle_signals=False, maintenance=False, poll_interval=5.0,
+                        batch_policy=WholeBatches(8, batch_budget=30, side_by_side=True), adaptive_limit=False)
+    worker.governor.limit = 1  # one lease at a time (a cut the governor made, held still)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: worker.started.is_set() and worker._sleeping == 8, what="every slot idle")
+        held = app.enqueue("hold")  # its slot holds the only permit while it runs
+        wait_for(lambda: worker.governor.held == 1 and len(worker._busy) == 1, what="the hold job running")
+        worker.wake(every=False, slots=7)  # the idle slots are woken: no permit, so they are held back
+        wait_for(lambda: len(worker._parked) == 7, what="seven slots held back by the governor")
+        ids = app.enqueue_many([("nap", {})] * 8)
+        release_hold.set()
+        wait_for(lambda: all_done(db, [held, *ids]), what="every job done")
+    finally:
+        release_hold.set()
+        stop(worker, thread)
+    assert batches_of(db, ids) == [ids]  # one claim, one COMMIT
+    runs = [running.runs[i] for i in ids]
+    assert max(r["start"] for r in runs) < min(r["end"] for r in runs)  # all eight at once
+    assert len({r["thread"] for r in runs}) == 8 and running.most == 8
+    assert worker.governor.held == 0

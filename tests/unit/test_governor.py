@@ -3,7 +3,6 @@ lease overhead per job. Driven with an injected clock; no database, no sleeping.
 
 from __future__ import annotations
 
-import threading
 
 import pytest
 
@@ -31,38 +30,43 @@ def window(g: Governor, clock: Clock, overhead: float, *, waited: bool = True, s
     for _ in range(samples):
         g.observe(overhead, batched=batched, handler=handler)
     if waited:
-        g._waited = True  # what acquire() records when a slot finds every permit taken
+        g._waited = True  # what try_acquire() records when a slot finds every permit taken
     clock.now += 1.0
     g.observe(overhead, batched=batched, handler=handler)  # the first sample of the next window closes this one
     return g.limit
 
 
-def test_permits_beyond_the_limit_wait_and_a_release_lets_one_in():
-    g, _ = governor(slots=8, start=2, floor=1)
-    stop = threading.Event()
-    first, second = g.acquire(stop), g.acquire(stop)
+def test_beyond_the_limit_no_permit_is_given_and_every_freed_permit_is_announced():
+    g, clock = governor(slots=8, start=2, floor=1)
+    announced: list[int] = []
+    g.on_free = announced.append
+    first, second = g.try_acquire(), g.try_acquire()
     assert first is not None and second is not None
-    entered = threading.Event()
-    t = threading.Thread(target=lambda: g.acquire(stop) and entered.set())
-    t.start()
-    assert not entered.wait(0.2)  # a third slot waits while two leases are held
+    assert g.try_acquire() is None and g.held == 2  # a third slot is held back...
+    assert g._waited                                 # ...and counts as waiting for a permit
     g.release(first)
-    assert entered.wait(5)
-    t.join(5)
-    assert g.held == 2
+    assert announced == [1]                          # the worker wakes one held-back slot
+    assert g.try_acquire() is first and g.held == 2
 
 
-def test_stopping_releases_a_waiting_slot_without_a_permit():
-    g, _ = governor(slots=2, start=1, floor=1)
-    stop = threading.Event()
-    assert g.acquire(stop) is not None
-    got: list[object] = []
-    t = threading.Thread(target=lambda: got.append(g.acquire(stop)))
-    t.start()
-    stop.set()
-    g.wake_all()
-    t.join(5)
-    assert got == [None] and g.held == 1
+def test_a_permit_given_back_while_the_limit_is_below_the_permits_held_is_not_announced():
+    g, _ = governor(slots=8, start=2, floor=1)
+    announced: list[int] = []
+    g.on_free = announced.append
+    a, b = g.try_acquire(), g.try_acquire()
+    assert a is not None and b is not None
+    g.limit = 1  # what a shrinking window does
+    g.release(b)
+    assert announced == [] and g.try_acquire() is None
+
+
+def test_a_growing_limit_is_announced_by_how_much_it_grew():
+    g, clock = governor(slots=64, start=16, floor=4)
+    announced: list[int] = []
+    g.on_free = announced.append
+    before = g.limit
+    after = window(g, clock, 0.001)  # cheap leases while a slot waited: it grows
+    assert after > before and announced == [after - before]
 
 
 def test_the_limit_grows_while_slots_wait_and_leases_stay_cheap_up_to_every_slot():
@@ -149,20 +153,18 @@ def test_a_small_worker_starts_with_every_slot(slots):
 
 def test_a_permit_keeps_its_state_and_the_last_one_given_back_is_handed_out_first():
     g, _ = governor(slots=4, start=2, floor=1)
-    stop = threading.Event()
-    first, second = g.acquire(stop), g.acquire(stop)
+    first, second = g.try_acquire(), g.try_acquire()
     assert first is not None and second is not None and first is not second
     first.state, second.state = "warm 1", "warm 2"
     g.release(first)
     g.release(second)
-    again = g.acquire(stop)
+    again = g.try_acquire()
     assert again is second and again.state == "warm 2"  # a slot taking it over inherits its claim size
 
 
 def test_a_holder_is_told_to_give_its_permit_back_when_the_limit_falls_below_the_permits_held():
     g, _ = governor(slots=8, start=2, floor=1)
-    stop = threading.Event()
-    a, b = g.acquire(stop), g.acquire(stop)
+    a, b = g.try_acquire(), g.try_acquire()
     assert a is not None and b is not None and not g.over()
     g.limit = 1  # what a shrinking window does
     assert g.over()

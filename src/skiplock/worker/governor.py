@@ -23,11 +23,19 @@ limit shrinks in proportion to that whole, never below ``floor``. (A lease's thr
 over its whole time: for 10 ms jobs an overhead that doubles from 2 to 4 ms costs 17 %, not half.
 Judged on the overhead alone, the few milliseconds a virtual machine's scheduling adds at random
 halved the limit for such jobs again and again, without the overhead falling: 1 process x 16 slots
-drained 10 ms jobs in batches at 640-920 jobs/s, against 1,090 with every slot.) A window with fewer than ``min_samples`` leases gives no evidence
-of contention: the limit then doubles if slots are waiting -- so long-running jobs, whose claims are
+drained 10 ms jobs in batches at 640-920 jobs/s, against 1,090 with every slot.) A window with
+fewer than ``min_samples`` leases gives no evidence of contention: the limit then doubles if slots are waiting -- so long-running jobs, whose claims are
 rare and cheap, get every slot. Processes sharing a database also split ``start`` between them while
 their leases run batches (``share()``, fed by the presence loop's count of live workers): one more
 lease in one process barely moves its own overhead, so each adapting alone let them all collapse.
+
+A slot without a permit is not lost to the worker. It waits as an idle slot does (``Worker._park``),
+so a batch may hand it batch-mates to run side by side (side_by_side.py): they run in their claim's
+transaction, under the lease that claim already holds, so they add no lease and need no permit. (It
+used to wait in the governor, out of reach: when the limit fell after a brief slowdown of the server,
+most slots ended up waiting there, the remaining leases ran their batches one job after another, and
+at 2,600 jobs/s of 1 ms jobs the backlog grew into pickups of 0.4-1.7 s; docs/benchmarks.md,
+"Session 28".) ``on_free`` tells the worker when a permit may be taken again.
 
 Seeing it: every move of the limit is logged at DEBUG on ``skiplock.worker.governor``, with its
 reason and the overheads it judged (a stall in pickups that coincides with a cut reads straight off the
@@ -35,8 +43,9 @@ log); with metrics on, ``skiplock_worker_lease_limit`` and ``skiplock_worker_lea
 limit and the permits held now, ``skiplock_worker_lease_limit_changes_total`` how often it moved.
 
 Guarantees: it never changes what runs or in which lease, only when a slot may claim; a slot
-waiting for a permit holds no transaction and no row lock; ``stop`` releases every waiter; at most
-``limit`` permits are held once their holders have seen ``over()`` after their current lease.
+waiting for a permit holds no transaction and no row lock of its own; at most ``limit`` permits are
+held once their holders have seen ``over()`` after their current lease; every permit given back
+while fewer than ``limit`` are held, and every growth of the limit, is announced to ``on_free``.
 """
 
 from __future__ import annotations
@@ -77,11 +86,13 @@ class Governor:
         self.window = window
         self.min_samples = min_samples
         self._clock = clock
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._held = 0
+        # called (outside the lock) with how many more permits may be taken now: one given back, or the
+        # limit grown -- the worker wakes that many of the slots waiting for one (see try_acquire)
+        self.on_free: Callable[[int], None] | None = None
         self._free: list[Permit] = []  # permits given back, the last one on top (handed out first)
-        self._waited = False  # a slot waited for a permit in this window
-        self._ticker = False  # a waiter wakes every window (see acquire)
+        self._waited = False  # a slot found every permit taken in this window
         self._samples: list[float] = []
         self._handlers: list[float] = []  # the same leases' handler time per job
         self._batched = 0  # leases of this window that ran jobs of batched (fast) tasks
@@ -95,29 +106,26 @@ class Governor:
     def held(self) -> int:
         return self._held
 
-    def acquire(self, stopping: threading.Event) -> Permit | None:
-        """Wait for a permit; None (and no permit) once ``stopping`` is set. The permit given back
-        last is handed out first (its ``state`` is the warmest)."""
-        with self._cond:
-            while self._held >= self.limit:
-                if stopping.is_set():
-                    return None
+    def try_acquire(self) -> Permit | None:
+        """A permit now, or None: every permit the limit allows is held. A slot that gets None waits
+        where the worker can still hand it a batch's jobs (Worker._park: they run in their claim's
+        transaction, so they need no lease and no permit of their own); ``on_free`` says when to try
+        again. A None counts as a slot waiting for a permit (the limit grows only while one does).
+        The permit given back last is handed out first (its ``state`` is the warmest)."""
+        with self._lock:
+            grown = self._tick()
+            if self._held >= self.limit:
                 self._waited = True
-                # One waiter (the ticker) wakes every window to move the limit when no lease ends
-                # meanwhile; the others sleep until a permit frees (or a second): with Python threads,
-                # every wake-up takes the GIL from a running handler, and dozens of waiting slots
-                # polling at once cost the busy ones measurably (docs/benchmarks.md, the sweep).
-                if self._ticker:
-                    self._cond.wait(1.0)
-                else:
-                    self._ticker = True
-                    try:
-                        self._cond.wait(self.window)
-                    finally:
-                        self._ticker = False
-                self._tick()
-            self._held += 1
-            return self._free.pop() if self._free else Permit()
+                permit = None
+            else:
+                self._held += 1
+                permit = self._free.pop() if self._free else Permit()
+        self._announce(grown)
+        return permit
+
+    def _announce(self, n: int) -> None:
+        if n > 0 and self.on_free is not None:
+            self.on_free(n)
 
     def share(self, processes: int) -> None:
         """``processes`` live worker processes (this one included) claim from the same database: while
@@ -130,7 +138,7 @@ class Governor:
         one at a time, still adapt up to every slot."""
         if not self.adaptive:
             return
-        with self._cond:
+        with self._lock:
             before, self.cap = self.cap, max(1, min(self.slots, -(-self.start // max(1, processes))))
             # More processes than before: every job length starts again from the share (slower jobs
             # then grow past it while their leases stay cheap, against a baseline measured there).
@@ -145,14 +153,11 @@ class Governor:
         return self._held > self.limit
 
     def release(self, permit: Permit) -> None:
-        with self._cond:
+        with self._lock:
             self._held -= 1
             self._free.append(permit)
-            self._cond.notify()
-
-    def wake_all(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
+            free = self._held < self.limit  # (not when the limit fell below the permits held)
+        self._announce(1 if free else 0)
 
     def observe(self, seconds: float, batched: bool = False, handler: float = 0.0) -> None:
         """One lease's overhead per job: its wall time less its handlers' time, per job it ran;
@@ -160,20 +165,22 @@ class Governor:
         batches (fast ones), whether or not this claim found more than one."""
         if not self.adaptive:
             return
-        with self._cond:
+        with self._lock:
             self._samples.append(seconds)
             self._handlers.append(handler)
             if batched:
                 self._batched += 1
-            self._tick()
+            grown = self._tick()
+        self._announce(grown)
 
-    def _tick(self) -> None:
-        """Close the window if it is over, and move the limit (called with the lock held)."""
+    def _tick(self) -> int:
+        """Close the window if it is over, and move the limit (called with the lock held); returns how
+        far it grew (0: it did not)."""
         if not self.adaptive:
-            return
+            return 0
         now = self._clock()
         if now - self._window_start < self.window:
-            return
+            return 0
         samples, handlers, waited, batched = self._samples, self._handlers, self._waited, self._batched
         self._samples, self._handlers, self._waited, self._batched, self._window_start = [], [], False, 0, now
         before = self.limit
@@ -208,5 +215,4 @@ class Governor:
         if self.limit != before:
             self.changes += 1
             log.debug("lease limit %d -> %d of %d slots: %s", before, self.limit, self.slots, why)
-            if self.limit > before:
-                self._cond.notify_all()
+        return max(0, self.limit - before)

@@ -149,6 +149,10 @@ class Worker:
         # Slots waiting in _idle and not yet woken, each by its own event, the most recently idle last:
         # wake-ups take them from the end (see wake()).
         self._sleepers: list[Sleeper] = []
+        # slots the governor holds back (no permit free): a batch's hand-off reaches them first, a
+        # wake-up never (they cannot claim), a permit given back or a grown limit does (_park)
+        self._parked: list[Sleeper] = []
+        self._ticking = False  # one parked slot wakes every governor window (_park)
         self.maintenance = maintenance
         self.prune_interval = prune_interval
         self.services: list[Service] = []
@@ -159,6 +163,7 @@ class Worker:
         self._busy: set[int] = set()
         self._signals = Escalation(self._graceful, lambda name: self.stop(abort=True))
         self.governor = Governor(concurrency, adaptive=bool(adaptive_limit))
+        self.governor.on_free = self._permits_free
         self.claimer = Claimer(self)  # claiming.py: which claim, how many jobs
         # a worker of every queue: the queues its claims name while one is paused (queue_view.py; set by run())
         self.queue_view: QueueView | None = None
@@ -188,7 +193,8 @@ class Worker:
             sleepers = self._sleepers
             if every:
                 self._wakes += 1
-                woken, self._sleepers = sleepers, []
+                woken, self._sleepers = sleepers + self._parked, []
+                self._parked = []
             else:
                 cut = max(0, len(sleepers) - slots)
                 woken, self._sleepers = sleepers[cut:], sleepers[:cut]
@@ -199,16 +205,20 @@ class Worker:
 
     def hand(self, most: int, work_for: "Callable[[int], Callable[[], None]]", then_claim: bool = False) -> int:
         """Hand ``work_for(0)``, ``work_for(1)``, ... (a batch's jobs, side_by_side.py) to up to
-        ``most`` idle slots, one each, the longest idle first (the last one is the polling slot, see
-        ``_idle``); returns how many were handed. A slot runs what it is handed and goes back to
+        ``most`` idle slots, one each: the slots the governor holds back first (``_park``), then the
+        longest idle (the last one is the polling slot, see ``_idle``); returns how many were handed. A slot runs what it is handed and goes back to
         sleep -- or, ``then_claim`` (the batch's claim came back full: more jobs may wait), claims,
         as a slot woken by a full claim does -- unless a wake-up it must not sleep through came
         meanwhile; while it runs it, it is not idle: no wake-up and no other hand-off reaches it."""
-        if most <= 0 or not self._sleepers:  # (a hint read without the lock: none idle, nothing to do)
+        if most <= 0 or not (self._sleepers or self._parked):  # (a hint read without the lock: none idle)
             return 0
         with self._wake_up:
-            n = min(most, len(self._sleepers))
-            taken, self._sleepers = self._sleepers[:n], self._sleepers[n:]
+            # the slots the governor holds back first: they could not claim anyway
+            parked = min(most, len(self._parked))
+            taken, self._parked = self._parked[:parked], self._parked[parked:]
+            n = min(most - parked, len(self._sleepers))
+            taken, self._sleepers = taken + self._sleepers[:n], self._sleepers[n:]
+            n = len(taken)
             for k, sleeper in enumerate(taken):  # under the lock, as wake(): see _idle
                 sleeper.work, sleeper.then_claim = work_for(k), then_claim
                 sleeper.set()
@@ -229,8 +239,49 @@ class Worker:
 
     @property
     def _sleeping(self) -> int:
-        """Slots waiting in ``_idle`` and not yet woken."""
-        return len(self._sleepers)
+        """Slots waiting in ``_idle`` or ``_park`` and not yet woken: a batch may be handed to them."""
+        return len(self._sleepers) + len(self._parked)
+
+    def _park(self) -> None:
+        """Wait while the governor holds this slot back (it found every permit taken), as an idle
+        slot: a batch's jobs may be handed to it meanwhile (``hand``; they run in their claim's
+        transaction, under that claim's lease, so they need no permit). Returns -- to try for a
+        permit again -- once it ran what it was handed, when ``Governor.on_free`` announces a permit
+        (``_permits_free``), on a wake-up of every slot (stopping, say), or after a while: one parked
+        slot (the ticker) every governor window, so the limit moves even when no lease ends, the
+        others every second. (With Python threads every wake-up takes the GIL from a running
+        handler: dozens of parked slots polling at once cost the busy ones measurably.)"""
+        event = Sleeper()
+        with self._wake_up:
+            if self._stopping.is_set():
+                return
+            self._parked.append(event)
+            ticker = not self._ticking
+            self._ticking = self._ticking or ticker
+        try:
+            # A permit given back between try_acquire and the append above found no slot parked:
+            # look again now that this one is (on_free runs after the count went down).
+            governor = self.governor
+            if governor.held >= governor.limit:
+                event.wait(governor.window if ticker else 1.0)
+            with self._wake_up:
+                if not event.is_set():  # not woken: take it off the list itself
+                    self._parked.remove(event)
+                    return
+            work, event.work = event.work, None
+            if work is not None:
+                work()  # batch-mates handed to this slot (side_by_side.py)
+        finally:
+            if ticker:
+                with self._wake_up:
+                    self._ticking = False
+
+    def _permits_free(self, n: int) -> None:
+        """``Governor.on_free``: ``n`` more permits may be taken: that many parked slots try again."""
+        with self._wake_up:
+            woken, self._parked = self._parked[:n], self._parked[n:]
+            for event in woken:
+                event.set()
 
     def _idle(self, since: int, timeout: float | None = None) -> None:
         """Wait for a wake-up or ``poll_interval`` -- unless a wake-up of every slot came since
@@ -327,7 +378,6 @@ class Worker:
         """Stop claiming. With ``abort``, also end in-flight jobs: their transactions roll back."""
         self._stopping.set()
         self.wake()
-        self.governor.wake_all()
         if abort and not self.stats.aborted:
             self.stats.aborted = True
             pids = [lease.session_id for i, lease in list(self._leases.items()) if i in self._busy and lease.alive()]
@@ -520,8 +570,9 @@ class Worker:
                     # The permit first, the connection second: a slot the governor keeps waiting opens
                     # no session, so extra slots cost neither connections nor the server's CPU.
                     if permit is None:
-                        permit = self.governor.acquire(self._stopping)
-                        if permit is None:
+                        permit = self.governor.try_acquire()
+                        if permit is None:  # held back: wait where a batch can still hand it jobs
+                            self._park()
                             continue
                     keep = drained = ran_all = False  # keep the permit for the next claim; see `drained` below
                     try:
