@@ -152,6 +152,7 @@ class Worker:
         # slots the governor holds back (no permit free): a batch's hand-off reaches them first, a
         # wake-up never (they cannot claim), a permit given back or a grown limit does (_park)
         self._parked: list[Sleeper] = []
+        self._helping = 0  # parked slots running batch-mates handed to them now (see _handable)
         self._ticking = False  # one parked slot wakes every governor window (_park)
         self.maintenance = maintenance
         self.prune_interval = prune_interval
@@ -206,16 +207,19 @@ class Worker:
     def hand(self, most: int, work_for: "Callable[[int], Callable[[], None]]", then_claim: bool = False) -> int:
         """Hand ``work_for(0)``, ``work_for(1)``, ... (a batch's jobs, side_by_side.py) to up to
         ``most`` idle slots, one each: the slots the governor holds back first (``_park``), then the
-        longest idle (the last one is the polling slot, see ``_idle``); returns how many were handed. A slot runs what it is handed and goes back to
-        sleep -- or, ``then_claim`` (the batch's claim came back full: more jobs may wait), claims,
-        as a slot woken by a full claim does -- unless a wake-up it must not sleep through came
-        meanwhile; while it runs it, it is not idle: no wake-up and no other hand-off reaches it."""
+        longest idle (the last one is the polling slot, see ``_idle``); returns how many were
+        handed. A slot runs what it is handed and goes back to sleep -- or, ``then_claim`` (the
+        batch's claim came back full: more jobs may wait), claims, as a slot woken by a full claim
+        does -- unless a wake-up it must not sleep through came meanwhile (a held-back slot tries
+        for a permit again); while it runs it, it is not idle: no wake-up and no other hand-off
+        reaches it."""
         if most <= 0 or not (self._sleepers or self._parked):  # (a hint read without the lock: none idle)
             return 0
         with self._wake_up:
-            # the slots the governor holds back first: they could not claim anyway
-            parked = min(most, len(self._parked))
+            # the slots the governor holds back first (as many as it cut): they could not claim anyway
+            parked = min(most, self._handable())
             taken, self._parked = self._parked[:parked], self._parked[parked:]
+            self._helping += parked
             n = min(most - parked, len(self._sleepers))
             taken, self._sleepers = taken + self._sleepers[:n], self._sleepers[n:]
             n = len(taken)
@@ -239,8 +243,19 @@ class Worker:
 
     @property
     def _sleeping(self) -> int:
-        """Slots waiting in ``_idle`` or ``_park`` and not yet woken: a batch may be handed to them."""
-        return len(self._sleepers) + len(self._parked)
+        """Slots waiting in ``_idle`` and not yet woken, and those of ``_park`` a batch may be handed to
+        now (``_handable``)."""
+        return len(self._sleepers) + self._handable()
+
+    def _handable(self) -> int:
+        """How many parked slots a batch may be handed now: no more than the governor's last cuts took
+        away (its ``cap`` less its ``limit``), less those running batch-mates already. So a cut costs
+        no handler room, while a worker of many slots -- whose limit sits at its share, with the
+        others parked -- runs no more handlers at once than before: 1 x 256 slots handing batches of
+        1 ms jobs to every parked slot drained at a third of 1 x 64 (docs/benchmarks.md, "Session
+        28"). (Read without the lock it is a hint, as ``_sleeping`` is.)"""
+        governor = self.governor
+        return max(0, min(len(self._parked), governor.cap - governor.limit - self._helping))
 
     def _park(self) -> None:
         """Wait while the governor holds this slot back (it found every permit taken), as an idle
@@ -270,7 +285,11 @@ class Worker:
                     return
             work, event.work = event.work, None
             if work is not None:
-                work()  # batch-mates handed to this slot (side_by_side.py)
+                try:
+                    work()  # batch-mates handed to this slot (side_by_side.py)
+                finally:
+                    with self._wake_up:
+                        self._helping -= 1
         finally:
             if ticker:
                 with self._wake_up:
