@@ -70,9 +70,8 @@ def all_done(db, ids) -> bool:
                       [ids]).fetchone()[0] == len(ids)
 
 
-def naps(app, db, running: Running, seconds: float, jobs: int, concurrency: int) -> list[int]:
-    """``jobs`` jobs of a task that naps ``seconds`` (recorded in ``running``), run by a worker of
-    ``concurrency`` slots whose claims take 8 jobs side by side; their ids once all are done."""
+def nap_task(app, running: Running, seconds: float) -> None:
+    """Registers ``nap``: a task that naps ``seconds``, recorded in ``running``."""
 
     @app.task(name="nap")
     def nap(job):
@@ -80,6 +79,11 @@ def naps(app, db, running: Running, seconds: float, jobs: int, concurrency: int)
         time.sleep(seconds)
         running.leave(job.id)
 
+
+def naps(app, db, running: Running, seconds: float, jobs: int, concurrency: int) -> list[int]:
+    """``jobs`` jobs of a task that naps ``seconds`` (recorded in ``running``), run by a worker of
+    ``concurrency`` slots whose claims take 8 jobs side by side; their ids once all are done."""
+    nap_task(app, running, seconds)
     worker, thread = start_worker(app, concurrency, WholeBatches(8, batch_budget=30, side_by_side=True))
     try:
         ids = app.enqueue_many([("nap", {})] * jobs)
@@ -157,12 +161,7 @@ def test_jobs_not_started_within_the_budget_are_released_and_run_later(app, db):
     def long(job):
         time.sleep(2.5)
 
-    @app.task(name="nap")
-    def nap(job):
-        running.enter(job.id)
-        time.sleep(0.4)
-        running.leave(job.id)
-
+    nap_task(app, running, 0.4)
     worker, thread = start_worker(app, 2, WholeBatches(8, batch_budget=0.3, side_by_side=True))
     try:
         busy = app.enqueue("long")
@@ -192,12 +191,7 @@ def test_slots_the_lease_limit_holds_back_run_batch_mates_in_place_of_the_leases
     def hold(job):
         release_hold.wait(30)
 
-    @app.task(name="nap")
-    def nap(job):
-        running.enter(job.id)
-        time.sleep(0.5)
-        running.leave(job.id)
-
+    nap_task(app, running, 0.5)
     worker = app.worker(concurrency=8, handle_signals=False, maintenance=False, poll_interval=5.0,
                         batch_policy=WholeBatches(8, batch_budget=30, side_by_side=True), adaptive_limit=False)
     worker.governor.limit, worker.governor.cap = 1, cap  # one lease at a time: a cut from `cap`, held still

@@ -36,12 +36,18 @@ def window(g: Governor, clock: Clock, overhead: float, *, waited: bool = True, s
     return g.limit
 
 
-def test_beyond_the_limit_no_permit_is_given_and_every_freed_permit_is_announced():
-    g, clock = governor(slots=8, start=2, floor=1)
-    announced: list[int] = []
+def two_held(announced: list[int]):
+    """A governor of 8 slots whose limit of 2 permits are both held; ``on_free`` appends to ``announced``."""
+    g, _ = governor(slots=8, start=2, floor=1)
     g.on_free = announced.append
     first, second = g.try_acquire(), g.try_acquire()
-    assert first is not None and second is not None
+    assert first is not None and second is not None and first is not second
+    return g, first, second
+
+
+def test_beyond_the_limit_no_permit_is_given_and_every_freed_permit_is_announced():
+    announced: list[int] = []
+    g, first, _ = two_held(announced)
     assert g.try_acquire() is None and g.held == 2  # a third slot is held back...
     assert g._waited                                 # ...and counts as waiting for a permit
     g.release(first)
@@ -50,11 +56,8 @@ def test_beyond_the_limit_no_permit_is_given_and_every_freed_permit_is_announced
 
 
 def test_a_permit_given_back_while_the_limit_is_below_the_permits_held_is_not_announced():
-    g, _ = governor(slots=8, start=2, floor=1)
     announced: list[int] = []
-    g.on_free = announced.append
-    a, b = g.try_acquire(), g.try_acquire()
-    assert a is not None and b is not None
+    g, _, b = two_held(announced)
     g.limit = 1  # what a shrinking window does
     g.release(b)
     assert announced == [] and g.try_acquire() is None
