@@ -105,7 +105,7 @@ def test_every_move_of_the_limit_is_logged_at_debug_with_its_reason(caplog):
         moves = g.changes
     lines = [r.getMessage() for r in caplog.records if r.name == "skiplock.worker.governor"]
     assert len(lines) == moves == 3
-    assert lines[0].startswith(f"lease limit 16 -> {grown} of 64 slots: leases as cheap as the baseline")
+    assert lines[0].startswith(f"lease limit 16 -> {grown} of 64 slots: leases within tolerance of the baseline")
     assert lines[1].startswith(f"lease limit {grown} -> ") and "slower leases" in lines[1]
     assert "overhead per job 10.00 ms against a baseline of 1.00 ms" in lines[1]
 

@@ -24,18 +24,20 @@ over its whole time: for 10 ms jobs an overhead that doubles from 2 to 4 ms cost
 Judged on the overhead alone, the few milliseconds a virtual machine's scheduling adds at random
 halved the limit for such jobs again and again, without the overhead falling: 1 process x 16 slots
 drained 10 ms jobs in batches at 640-920 jobs/s, against 1,090 with every slot.) A window with
-fewer than ``min_samples`` leases gives no evidence of contention: the limit then doubles if slots are waiting -- so long-running jobs, whose claims are
-rare and cheap, get every slot. Processes sharing a database also split ``start`` between them while
+fewer than ``min_samples`` leases gives no evidence of contention: the limit then doubles if slots
+are waiting -- so long-running jobs, whose claims are rare and cheap, get every slot. Processes sharing a database also split ``start`` between them while
 their leases run batches (``share()``, fed by the presence loop's count of live workers): one more
 lease in one process barely moves its own overhead, so each adapting alone let them all collapse.
 
 A slot without a permit is not lost to the worker. It waits as an idle slot does (``Worker._park``),
 so a batch may hand it batch-mates to run side by side (side_by_side.py): they run in their claim's
-transaction, under the lease that claim already holds, so they add no lease and need no permit. (It
-used to wait in the governor, out of reach: when the limit fell after a brief slowdown of the server,
-most slots ended up waiting there, the remaining leases ran their batches one job after another, and
-at 2,600 jobs/s of 1 ms jobs the backlog grew into pickups of 0.4-1.7 s; docs/benchmarks.md,
-"Session 28".) ``on_free`` tells the worker when a permit may be taken again.
+transaction, under the lease that claim already holds, so they add no lease and need no permit --
+as many such slots at once as the last cuts took away (``cap`` less ``limit``), so a cut costs no
+handler room while a worker at its share runs no more handlers than its leases. (Such slots used to
+wait in the governor, out of reach: when the limit fell after a brief slowdown of the server, most
+slots ended up waiting there, the remaining leases ran their batches one job after another, and at
+2,600 jobs/s of 1 ms jobs the backlog grew into pickups of 0.4-3 s; docs/benchmarks.md, "Session
+28".) ``on_free`` tells the worker when a permit may be taken again.
 
 Seeing it: every move of the limit is logged at DEBUG on ``skiplock.worker.governor``, with its
 reason and the overheads it judged (a stall in pickups that coincides with a cut reads straight off the
@@ -205,7 +207,7 @@ class Governor:
                 why = "back to the share"
             elif waited and self.limit < cap:
                 self.limit = min(cap, self.limit + max(1, self.limit // 8))
-                why = "leases as cheap as the baseline, slots waiting"
+                why = "leases within tolerance of the baseline, slots waiting"
             if why and self.limit != before:
                 why += (f" (overhead per job {m * 1000:.2f} ms against a baseline of {baseline * 1000:.2f} ms,"
                         f" handlers {h * 1000:.2f} ms, {len(samples)} leases)")

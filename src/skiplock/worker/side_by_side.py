@@ -24,8 +24,9 @@ Guarantees (the executor's are unchanged):
   savepoint released. Handlers that never touch the database run in parallel; the database parts of
   those that do run one after another, each in its own savepoint (never interleaved).
 - **At most ``concurrency`` handlers run at once**: the queue is only ever handed to a slot that is
-  idle (waiting for a wake-up, holding no transaction), and a slot runs one handler at a time. While
-  it takes jobs from a batch it is not idle: no wake-up and no other hand-off reaches it.
+  idle (waiting for a wake-up, or held back by the lease governor, as many of those as its cut took
+  away; holding no transaction either way), and a slot runs one handler at a time. While it takes
+  jobs from a batch it is not idle: no wake-up and no other hand-off reaches it.
 - **Nothing outlives its batch**: the claiming slot waits for every slot the queue was handed to
   before it commits, rolls back or raises (an exception one of them raised -- a cancel that ended the session,
   say -- is raised once all are back).
