@@ -420,8 +420,9 @@ def limit_moves(stderr: str) -> list[tuple[float, int]]:
 def lease_limits(samples: list[dict[str, Any]], moves: Sequence[list[tuple[float, int]]]) -> None:
     """Adds to every sample its workers' lease limit, summed over the processes: the time-weighted
     mean over the sample's window (``limit_mean``), the lowest and highest (``limit_min``,
-    ``limit_max``); None for all when
-    a worker logged none (an older worker, or one that logs no DEBUG)."""
+    ``limit_max``); None for all when a worker logged none (an older worker, or one that logs no
+    DEBUG). The windows are on the server's clock and the lines on the workers': the same clock
+    unless ``--dsn`` names a server on another machine."""
     for s in samples:
         lo, hi = s["window_epoch"]
         means, mins, maxes = [], [], []
