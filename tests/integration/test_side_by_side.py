@@ -198,10 +198,11 @@ def test_slots_the_lease_limit_holds_back_run_batch_mates_in_place_of_the_leases
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
-        wait_for(lambda: worker.started.is_set() and len(worker._sleepers) == 8, what="every slot idle")
+        # one slot took the only permit, found nothing and sleeps; the others found none: held back
+        wait_for(lambda: worker.started.is_set() and len(worker._sleepers) == 1 and len(worker._parked) == 7,
+                 what="one slot idle, seven held back by the governor")
         held = app.enqueue("hold")  # its slot holds the only permit while it runs
         wait_for(lambda: worker.governor.held == 1 and len(worker._busy) == 1, what="the hold job running")
-        worker.wake(every=False, slots=7)  # the idle slots are woken: no permit, so they are held back
         wait_for(lambda: len(worker._parked) == 7, what="seven slots held back by the governor")
         ids = app.enqueue_many([("nap", {})] * 8)
         release_hold.set()

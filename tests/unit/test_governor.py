@@ -63,6 +63,30 @@ def test_a_permit_given_back_while_the_limit_is_below_the_permits_held_is_not_an
     assert announced == [] and g.try_acquire() is None
 
 
+def test_a_permit_its_holder_gives_back_as_it_goes_idle_is_not_announced():
+    """The slot that went idle takes it again on its next wake-up, with its session open: told of it,
+    a held-back slot would open a session of its own to find the same nothing."""
+    announced: list[int] = []
+    g, first, _ = two_held(announced)
+    g.release(first, announce=False)
+    assert announced == [] and g.held == 1
+    assert g.try_acquire() is first  # free all the same: the next slot to ask takes it
+
+
+def test_a_tick_closes_the_window_without_a_lease_ending_or_a_permit_asked_for():
+    g, clock = governor(slots=64, start=16, floor=4)
+    announced: list[int] = []
+    g.on_free = announced.append
+    for _ in range(10):
+        g.observe(0.001)
+    g._waited = True
+    g.tick()  # the window is not over: nothing moves
+    assert g.limit == 16 and announced == []
+    clock.now += 1.0
+    g.tick()
+    assert g.limit > 16 and announced == [g.limit - 16]
+
+
 def test_a_growing_limit_is_announced_by_how_much_it_grew():
     g, clock = governor(slots=64, start=16, floor=4)
     announced: list[int] = []

@@ -10,9 +10,10 @@ slots, 6 ms with 16, 19 ms with 64 and 143 ms with 256, and throughput fell from
 (docs/benchmarks.md, "Slot and process sweep").
 
 What it does. A slot takes a *permit* before it claims. It keeps it from one lease to the next while
-its claims find work, and gives it back when a claim finds nothing, on an error, or when ``over()``
-(the limit fell below the permits held); so the same few slots stay busy and the rest sleep (the
-worker opens a slot's session only once it holds a permit). A permit carries ``state`` (the worker's
+its claims find work, and gives it back when a claim finds nothing (as it goes to sleep, unannounced:
+the next wake-up's slot takes it, and a slot held back leaves it to those), on an error, or when
+``over()`` (the limit fell below the permits held); so the same few slots stay busy and the rest
+sleep (the worker opens a slot's session only once it holds a permit: the slots held back never do). A permit carries ``state`` (the worker's
 claim size) to whichever slot takes it next. The number of permits adapts, in the manner of TCP Vegas,
 to the lease overhead per job: it starts at ``start`` and, while slots are waiting for a permit, grows
 each window in which leases are about as cheap as in the cheapest recent windows (the *baseline*: the
@@ -47,7 +48,8 @@ limit and the permits held now, ``skiplock_worker_lease_limit_changes_total`` ho
 Guarantees: it never changes what runs or in which lease, only when a slot may claim; a slot
 waiting for a permit holds no transaction and no row lock of its own; at most ``limit`` permits are
 held once their holders have seen ``over()`` after their current lease; every permit given back
-while fewer than ``limit`` are held, and every growth of the limit, is announced to ``on_free``.
+while fewer than ``limit`` are held (but one whose holder goes idle), and every growth of the limit,
+is announced to ``on_free``.
 """
 
 from __future__ import annotations
@@ -154,12 +156,23 @@ class Governor:
         """More permits are held than the limit now allows (it fell): a holder should give its back."""
         return self._held > self.limit
 
-    def release(self, permit: Permit) -> None:
+    def release(self, permit: Permit, announce: bool = True) -> None:
+        """Give ``permit`` back. Announced to ``on_free`` unless the limit fell below the permits held,
+        or ``announce`` is false: its holder goes idle (its claim found no more work) with its session
+        open, and takes a permit again on its next wake-up -- a parked slot told of it would open a
+        session of its own only to find the same nothing (see Worker._idle)."""
         with self._lock:
             self._held -= 1
             self._free.append(permit)
-            free = self._held < self.limit  # (not when the limit fell below the permits held)
+            free = announce and self._held < self.limit  # (not when the limit fell below the permits held)
         self._announce(1 if free else 0)
+
+    def tick(self) -> None:
+        """Close the window if it is over, and move the limit -- for a worker in which no lease ends
+        and no slot asks for a permit (either does this too)."""
+        with self._lock:
+            grown = self._tick()
+        self._announce(grown)
 
     def observe(self, seconds: float, batched: bool = False, handler: float = 0.0) -> None:
         """One lease's overhead per job: its wall time less its handlers' time, per job it ran;

@@ -154,6 +154,7 @@ class Worker:
         self._parked: list[Sleeper] = []
         self._helping = 0  # parked slots running batch-mates handed to them now (see _handable)
         self._ticking = False  # one parked slot wakes every governor window (_park)
+        self._none_left = False  # (run(stop_when_empty=True)) a claim found no job available
         self.maintenance = maintenance
         self.prune_interval = prune_interval
         self.services: list[Service] = []
@@ -264,7 +265,11 @@ class Worker:
         permit again -- once it ran what it was handed, when ``Governor.on_free`` announces a permit
         (``_permits_free``), on a wake-up of every slot (stopping, say), or after a while: one parked
         slot (the ticker) every governor window, so the limit moves even when no lease ends, the
-        others every second. (With Python threads every wake-up takes the GIL from a running
+        others every second -- but not while a slot sleeps for want of work (``_idle``): the permits
+        free then are for the slots that gave them back, whose sessions are open. (A parked slot that
+        took one opened a session of its own, its statements planned again, only to claim what a
+        warm slot would have: 1 x 64 slots draining 1 ms jobs opened 17-26 sessions within the
+        drain's 1.7 s, and drained at 0.89 x 1 x 16 over eight alternating pairs.) (With Python threads every wake-up takes the GIL from a running
         handler: dozens of parked slots polling at once cost the busy ones measurably.)"""
         event = Sleeper()
         with self._wake_up:
@@ -274,15 +279,21 @@ class Worker:
             ticker = not self._ticking
             self._ticking = self._ticking or ticker
         try:
-            # A permit given back between try_acquire and the append above found no slot parked:
-            # look again now that this one is (on_free runs after the count went down).
             governor = self.governor
-            if governor.held >= governor.limit:
-                event.wait(governor.window if ticker else 1.0)
-            with self._wake_up:
-                if not event.is_set():  # not woken: take it off the list itself
-                    self._parked.remove(event)
-                    return
+            while True:
+                # A permit given back between try_acquire and the append above found no slot parked:
+                # look again now that this one is (on_free runs after the count went down) -- unless
+                # a slot sleeps for want of work: a free permit is that slot's (see _idle).
+                if governor.held >= governor.limit or self._sleepers:
+                    event.wait(governor.window if ticker else 1.0)
+                with self._wake_up:
+                    if event.is_set():
+                        break
+                    if not self._sleepers or self._stopping.is_set():  # not woken: off the list itself
+                        self._parked.remove(event)
+                        return
+                if ticker:  # the limit still moves (it grows only while a slot asks for a permit)
+                    governor.tick()
             work, event.work = event.work, None
             if work is not None:
                 try:
@@ -295,6 +306,16 @@ class Worker:
                 with self._wake_up:
                     self._ticking = False
 
+    def _found_none_left(self) -> None:
+        """(``run(stop_when_empty=True)``) A claim found no job available: the parked slots that never
+        claimed stop too, instead of each opening a session for a claim of its own. (A slot that did
+        claim owes one more: jobs its batch released at the COMMIT are claimable again.)"""
+        with self._wake_up:
+            self._none_left = True
+            woken, self._parked = self._parked, []
+            for event in woken:
+                event.set()
+
     def _permits_free(self, n: int) -> None:
         """``Governor.on_free``: ``n`` more permits may be taken: that many parked slots try again."""
         with self._wake_up:
@@ -302,7 +323,7 @@ class Worker:
             for event in woken:
                 event.set()
 
-    def _idle(self, since: int, timeout: float | None = None) -> None:
+    def _idle(self, since: int, timeout: float | None = None, permit: Permit | None = None) -> Permit | None:
         """Wait for a wake-up or ``poll_interval`` -- unless a wake-up of every slot came since
         ``since`` (the count when this slot began its last claim), or a wake-up is unserved (see
         wake()): this slot claims at once instead of sleeping through it (a NOTIFY that arrived while
@@ -316,10 +337,15 @@ class Worker:
         finds what no NOTIFY announces (a job whose ``run_at`` came, one a rolled-back lease
         returned), and a poll that finds a full claim wakes more slots. Without a listener every
         slot polls: polling is all it has. Idle, 2 processes x 32 slots used to claim 129 times a
-        second for nothing."""
+        second for nothing.
+
+        ``permit``: the governor's permit the slot holds. Returned when the slot claims at once (it
+        keeps it); else given back, unannounced, once the slot is on the sleepers' list: a parked
+        slot leaves it to the sleepers (``_park``), so the sessions already open take the next work,
+        and no permit is free while no slot sleeps for want of work."""
         event = Sleeper()
-        if not self._sleep(event, since):
-            return
+        if not self._sleep(event, since, permit):
+            return permit
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             wait = self.poll_interval if deadline is None else min(self.poll_interval, deadline - time.monotonic())
@@ -329,19 +355,21 @@ class Worker:
                         if (self._stopping.is_set() or (deadline is not None and time.monotonic() >= deadline)
                                 or not self._listening() or self._sleepers[-1] is event):
                             self._sleepers.remove(event)
-                            return
+                            return None
                         continue
             # woken: wake() or hand() took it off the list
             work, event.work = event.work, None
             if work is None:
-                return
+                return None
             event.clear()
             work()  # a batch-mate handed to this idle slot (side_by_side.py): then back to sleep
             if event.then_claim or not self._sleep(event, since):
-                return
+                return None
 
-    def _sleep(self, event: "Sleeper", since: int) -> bool:
-        """Put this slot on the sleepers' list (see ``_idle``); False: it claims at once instead."""
+    def _sleep(self, event: "Sleeper", since: int, permit: Permit | None = None) -> bool:
+        """Put this slot on the sleepers' list (see ``_idle``), and give ``permit`` back (unannounced:
+        under the lock, so a parked slot never sees it free with no sleeper to take it); False: it
+        claims at once instead, keeping ``permit``."""
         with self._wake_up:
             if self._stopping.is_set() or self._wakes != since:
                 return False
@@ -349,6 +377,8 @@ class Worker:
                 self._unserved = False  # this slot's claim serves it (see _claim_begins)
                 return False
             self._sleepers.append(event)
+            if permit is not None:
+                self.governor.release(permit, announce=False)
             return True
 
     def _claim_begins(self) -> int:
@@ -578,6 +608,7 @@ class Worker:
         assert recovery is not None
         backoff = recovery.backoff()
         permit: Permit | None = None  # the governor's permit this slot holds, if any
+        claimed_once = False
         gate = executor.gate
         alone = False  # the next claim holds the gate alone: a suspect is waiting for it (gate.py)
         try:
@@ -592,8 +623,11 @@ class Worker:
                         permit = self.governor.try_acquire()
                         if permit is None:  # held back: wait where a batch can still hand it jobs
                             self._park()
+                            if self._stop_when_empty and self._none_left and not claimed_once:
+                                return  # (it never claimed: it owes no claim for jobs a COMMIT released)
                             continue
-                    keep = drained = ran_all = False  # keep the permit for the next claim; see `drained` below
+                    claimed_once = True
+                    keep = drained = ran_all = idle = False  # keep the permit for the next claim; see `drained` below
                     try:
                         size = permit.state
                         if size is None:  # the claim size travels with the permit, not the slot
@@ -680,24 +714,27 @@ class Worker:
                             self._found_all(number)
                         drained = bool(claimed) and ran_all and self._drained(number, wakes, len(claimed), limit)
                         keep = bool(claimed) and not drained
+                        idle = not keep  # no more work: it gives the permit back as it sleeps (_idle)
                     finally:
                         # A slot that keeps finding work keeps its permit from one lease to the next, so
                         # the same few slots (and sessions) stay busy while the rest sleep, instead of the
-                        # permit passing round every slot; it gives it back when it goes idle, on an
-                        # error, or when the limit has fallen below the permits held.
-                        if not keep or self._stopping.is_set() or self.governor.over():
+                        # permit passing round every slot; it gives it back when it goes idle (once it
+                        # sleeps, see _idle), on an error, or when the limit has fallen below the
+                        # permits held.
+                        if not (keep or idle) or self._stopping.is_set() or self.governor.over():
                             self.governor.release(permit)
                             permit = None
                     backoff.reset()
                     if drained:
                         flow = self.flow
-                        self._idle(wakes, flow.next_due(index) if flow is not None else None)
+                        permit = self._idle(wakes, flow.next_due(index) if flow is not None else None, permit)
                     elif not claimed:
                         flow = self.flow
                         if self._stop_when_empty and not (flow is not None and flow.holding()):
+                            self._found_none_left()
                             return  # (a job held back by its rate is not "none available")
                         due = flow.next_due(index) if flow is not None else None
-                        self._idle(wakes, due)
+                        permit = self._idle(wakes, due, permit)
                 except CancelledWhileRunning as cancelled:  # logged by the reporter; a new session, no outage
                     self.stats.count(cancelled.outcome)
                     if lease is not None:
