@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 
+from skiplock.worker.batching import WholeBatches
 from support import wait_for
 
 
@@ -29,10 +30,10 @@ def done(db, ids) -> bool:
                       [ids]).fetchone()[0] == len(ids)
 
 
-def two_permits(app, concurrency: int):
+def two_permits(app, concurrency: int, **options):
     """A worker of ``concurrency`` slots whose governor allows two leases, held still."""
     worker = app.worker(concurrency=concurrency, handle_signals=False, maintenance=False, poll_interval=5.0,
-                        adaptive_limit=False)
+                        adaptive_limit=False, **options)
     worker.governor.limit = worker.governor.cap = 2
     return worker
 
@@ -40,17 +41,19 @@ def two_permits(app, concurrency: int):
 def test_idle_slots_keep_the_permits_and_held_back_slots_open_no_session(app, db):
     @app.task(name="t")
     def t(job):
-        pass
+        time.sleep(0.3)  # long enough for the held-back slots to look for a permit while an idle one helps
 
     opened = counting_leases(app)
-    worker = two_permits(app, concurrency=8)
+    # claims of up to 8 jobs, run side by side on idle slots
+    worker = two_permits(app, concurrency=8, batch_policy=WholeBatches(8, batch_budget=30, side_by_side=True))
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
         wait_for(lambda: worker.started.is_set() and len(worker._sleepers) == 2 and len(worker._parked) == 6,
                  what="two slots idle with the permits given back, six held back")
         for _ in range(3):  # bursts, each followed by a quiet spell the held-back slots wake up in
-            ids = app.enqueue_many([("t", {})] * 6)
+            # one slot claims them, the other idle one runs batch-mates beside it (side_by_side.py)
+            ids = app.enqueue_many([("t", {})] * 4)
             wait_for(lambda: done(db, ids), what="the burst done")
             time.sleep(1.2)  # longer than a held-back slot's wait: each looked for a permit again
         assert worker.governor.held == 0  # both permits free...

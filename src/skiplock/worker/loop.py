@@ -153,6 +153,7 @@ class Worker:
         # wake-up never (they cannot claim), a permit given back or a grown limit does (_park)
         self._parked: list[Sleeper] = []
         self._helping = 0  # parked slots running batch-mates handed to them now (see _handable)
+        self._lent = 0  # sleeping slots running batch-mates handed to them now (they sleep again after)
         self._ticking = False  # one parked slot wakes every governor window (_park)
         self._none_left = False  # (run(stop_when_empty=True)) a claim found no job available
         self.maintenance = maintenance
@@ -182,7 +183,9 @@ class Worker:
         sleep meanwhile claims instead (``_idle``): none is lost. (It used to send every slot busy
         meanwhile claiming again, and all but one of those claims found nothing: with 1 ms jobs
         offered at half the capacity, a sixth of all claims; docs/benchmarks.md, "Session 22".) A
-        wake-up of every slot (``every``) still makes every slot claim again before it sleeps.
+        wake-up of every slot (``every``) still makes every slot claim again before it sleeps -- but
+        the slots the governor holds back (``_park``) it wakes only to stop: woken to claim, they
+        took the permits the idle slots had given back, each opening a session of its own.
 
         Last in, first out: the slots that went idle most recently are woken first, so a light load
         is served by the same few slots and sessions, whose prepared statements keep their plans,
@@ -195,8 +198,9 @@ class Worker:
             sleepers = self._sleepers
             if every:
                 self._wakes += 1
-                woken, self._sleepers = sleepers + self._parked, []
-                self._parked = []
+                woken, self._sleepers = sleepers, []
+                if self._stopping.is_set():  # parked slots too; else they could not claim (see _park)
+                    woken, self._parked = woken + self._parked, []
             else:
                 cut = max(0, len(sleepers) - slots)
                 woken, self._sleepers = sleepers[cut:], sleepers[:cut]
@@ -223,6 +227,7 @@ class Worker:
             self._helping += parked
             n = min(most - parked, len(self._sleepers))
             taken, self._sleepers = taken + self._sleepers[:n], self._sleepers[n:]
+            self._lent += n
             n = len(taken)
             for k, sleeper in enumerate(taken):  # under the lock, as wake(): see _idle
                 sleeper.work, sleeper.then_claim = work_for(k), then_claim
@@ -265,11 +270,12 @@ class Worker:
         permit again -- once it ran what it was handed, when ``Governor.on_free`` announces a permit
         (``_permits_free``), on a wake-up of every slot (stopping, say), or after a while: one parked
         slot (the ticker) every governor window, so the limit moves even when no lease ends, the
-        others every second -- but not while a slot sleeps for want of work (``_idle``): the permits
-        free then are for the slots that gave them back, whose sessions are open. (A parked slot that
-        took one opened a session of its own, its statements planned again, only to claim what a
-        warm slot would have: 1 x 64 slots draining 1 ms jobs opened 17-26 sessions within the
-        drain's 1.7 s, and drained at 0.89 x 1 x 16 over eight alternating pairs.) (With Python threads every wake-up takes the GIL from a running
+        others every second -- but not while a slot sleeps for want of work (``_idle``), or runs
+        batch-mates handed to it there: the permits free then are for the slots that gave them back,
+        whose sessions are open. (A parked slot that took one opened a session of its own, its
+        statements planned again, to claim what a warm slot would have: 1 x 64 slots draining 1 ms
+        jobs opened 17-26 sessions within the drain's 1.7 s, at 0.89 x the throughput of 1 x 16 over
+        eight alternating pairs.) (With Python threads every wake-up takes the GIL from a running
         handler: dozens of parked slots polling at once cost the busy ones measurably.)"""
         event = Sleeper()
         with self._wake_up:
@@ -284,12 +290,12 @@ class Worker:
                 # A permit given back between try_acquire and the append above found no slot parked:
                 # look again now that this one is (on_free runs after the count went down) -- unless
                 # a slot sleeps for want of work: a free permit is that slot's (see _idle).
-                if governor.held >= governor.limit or self._sleepers:
+                if governor.held >= governor.limit or self._sleepers or self._lent:
                     event.wait(governor.window if ticker else 1.0)
                 with self._wake_up:
                     if event.is_set():
                         break
-                    if not self._sleepers or self._stopping.is_set():  # not woken: off the list itself
+                    if not (self._sleepers or self._lent) or self._stopping.is_set():  # not woken: off the list
                         self._parked.remove(event)
                         return
                 if ticker:  # the limit still moves (it grows only while a slot asks for a permit)
@@ -362,7 +368,11 @@ class Worker:
             if work is None:
                 return None
             event.clear()
-            work()  # a batch-mate handed to this idle slot (side_by_side.py): then back to sleep
+            try:
+                work()  # a batch-mate handed to this idle slot (side_by_side.py): then back to sleep
+            finally:
+                with self._wake_up:
+                    self._lent -= 1
             if event.then_claim or not self._sleep(event, since):
                 return None
 
