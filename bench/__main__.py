@@ -71,6 +71,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                  "git archive to a temporary directory) instead of the working tree")
     p.add_argument("--outages", help="outage scenario: comma-separated seconds the server stays down "
                                      "[5,17,60; --quick: 2,5]")
+    p.add_argument("--sweep-rounds", type=int, help="sweep: run every cell this many times, interleaved, and report "
+                   "medians [3; 1 with --quick]")
     p.add_argument("--no-end-baseline", action="store_true",
                    help="do not repeat the pgbench baseline at the end (done by default in full runs)")
     return p.parse_args(argv)
@@ -181,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
         if not outages or min(outages) <= 0:
             raise SystemExit(f"--outages: expected positive seconds, got {args.outages!r}")
         sizes = dataclasses.replace(sizes, outage_seconds=outages)
+    if args.sweep_rounds is not None:
+        if args.sweep_rounds < 1:
+            raise SystemExit(f"--sweep-rounds: expected a positive count, got {args.sweep_rounds}")
+        sizes = dataclasses.replace(sizes, sweep_rounds=args.sweep_rounds)
     drain_conc = [int(x) for x in args.drain_concurrency.split(",") if x.strip()]
     started = time.time()
     t0 = time.perf_counter()

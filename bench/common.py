@@ -562,13 +562,15 @@ class Sizes:
     load_capacity_jobs: int = 10_000   # load scenario: prefilled 1 ms jobs drained to measure capacity
     load_seconds: float = 12.0         # load scenario: measured window of offered load
     load_warmup_seconds: float = 2.0   # load scenario: offered load before the window (not measured)
+    sweep_rounds: int = 3              # sweep: every cell this many times, interleaved; figures are medians
 
 
 FULL = Sizes()
 QUICK = Sizes(baseline_tx=4_000, batched_rows=20_000, drain_jobs=4_000, latency_seconds=2.0, latency_idle_seconds=1.0,
               enqueue_many=20_000, enqueue_single=300, insert_pgbench_seconds=1.0, backlog_large=100_000,
               backlog_claims=2_000, backlog_warmup=200, backlog_max_seconds=6.0, many_jobs=4_000,
-              outage_seconds=(2.0, 5.0), load_capacity_jobs=3_000, load_seconds=3.0, load_warmup_seconds=0.5)
+              outage_seconds=(2.0, 5.0), load_capacity_jobs=3_000, load_seconds=3.0, load_warmup_seconds=0.5,
+              sweep_rounds=1)
 
 
 @dataclass
