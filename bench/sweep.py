@@ -14,10 +14,12 @@ Each cell's throughput is compared with the previous cell of its series (the goa
 within noise, >= 0.9). A drain of 10,000 1 ms jobs lasts under two seconds, and on a shared machine
 one such cell against its neighbour ranged from 0.54 to 1.24 in consecutive rounds: so every cell
 runs ``--sweep-rounds`` times (3; 1 with ``--quick``), round after round of all of them, and the
-figures are each cell's medians (the JSON keeps every round, and each ratio round by round). Then the batching defaults (``batch_size`` 32, ``batch_slots`` 1,
-``batch_budget`` 0.05 s) against their neighbours, one setting at a time, at 1 × 16 slots for 0 and
-1 ms jobs, each as a ratio to the defaults' cell (issue 16, goal 5: the defaults are those the sweep
-shows best). Opt-in (``--only sweep``): it is not part of a plain ``python -m bench``.
+figures are each cell's medians (the JSON keeps every round, and each ratio round by round).
+
+Then the batching defaults (``batch_size`` 32, ``batch_slots`` 1, ``batch_budget`` 0.05 s) against
+their neighbours, one setting at a time, at 1 × 16 slots for 0 and 1 ms jobs and for jobs that
+write a row each, each as a ratio to the defaults' cell (issue 16, goal 5: the defaults are those the
+sweep shows best). Opt-in (``--only sweep``): it is not part of a plain ``python -m bench``.
 256 slots need ~520 connections: a server this run starts gets ``max_connections = 1200`` (one
 restart before anything is measured: ``start_embedded``); on another server the cells that do not fit
 are skipped, saying so.
@@ -60,15 +62,20 @@ def _counters(dsn: str) -> tuple[float, float]:
     return float(mx), float(buf)
 
 
-def cell(ctx: Context, ms: int, n: int, processes: int, slots: int) -> dict[str, Any]:
-    with fresh_db(ctx.server, f"sweep_{ms}ms_{processes}x{slots}") as dsn:
+def cell(ctx: Context, ms: int, n: int, processes: int, slots: int, writing: bool = False) -> dict[str, Any]:
+    """Drain ``n`` prefilled jobs of ``ms`` ms with ``processes`` x ``slots``; ``writing``: jobs of the
+    ``write`` task instead (0 ms, one row inserted each)."""
+    job = ("write", {}) if writing else ("noop", {}) if ms == 0 else ("sleep", {"ms": ms})
+    with fresh_db(ctx.server, f"sweep_{'w' if writing else ''}{ms}ms_{processes}x{slots}") as dsn:
         app = make_app(dsn)
         try:
             for start in range(0, n, 50_000):
-                app.enqueue_many([("noop", {}) if ms == 0 else ("sleep", {"ms": ms})] * min(50_000, n - start))
+                app.enqueue_many([job] * min(50_000, n - start))
         finally:
             app.close()
         with psycopg.connect(dsn, autocommit=True) as c:
+            if writing:
+                c.execute("CREATE TABLE bench_writes (job_id bigint NOT NULL)")
             c.execute("VACUUM ANALYZE skiplock.jobs")
             c.execute("SELECT pg_stat_reset_slru()")
         checkpoint(dsn)
@@ -81,11 +88,16 @@ def cell(ctx: Context, ms: int, n: int, processes: int, slots: int) -> dict[str,
                                f"{failed[0].stderr[-2000:]}")
         settle(dsn)
         mx1, buf1 = _counters(dsn)
+        if writing:  # each job's row once: the handler's write committed with its job, never twice
+            with psycopg.connect(dsn, autocommit=True) as c:
+                rows, distinct = one(c, "SELECT count(*), count(DISTINCT job_id) FROM bench_writes")
+            if rows != n or distinct != n:
+                raise RuntimeError(f"writing jobs: {rows} rows for {distinct} of {n} jobs in bench_writes")
         try:
             checked = check_drained(dsn, n)
         except RuntimeError as exc:
             raise RuntimeError(f"{exc}; the first worker's log ends: {finished[0].stderr[-2000:]}") from None
-    return {"ms": ms, "jobs": n, "processes": processes, "slots_per_process": slots,
+    return {"ms": ms, "writing": writing, "jobs": n, "processes": processes, "slots_per_process": slots,
             "throughput": checked["throughput"], "span_s": checked["span_s"],
             "multixact_reads_per_job": (mx1 - mx0) / n, "jobs_buffers_per_job": (buf1 - buf0) / n}
 
@@ -151,8 +163,10 @@ def run(ctx: Context) -> list[Figure]:
 
 def _defaults(ctx: Context, kinds: dict[int, int], available: int) -> list[Figure]:
     """Issue 16, goal 5: the batching defaults against their neighbours, at DEFAULTS_SLOTS slots for 0
-    and 1 ms jobs (each setting alone, the others at their defaults), through ``bench.worker``
-    (``app.worker(**options)``). Each figure is a ratio to the defaults' cell: medians of
+    and 1 ms jobs, and for jobs that write a row each (``write``: each handler a subtransaction, as
+    writing handlers in a batch are; a batch of more than 64 of them overflows PostgreSQL's cache of
+    subtransaction ids, which the others' jobs cannot show) -- each setting alone, the others at their
+    defaults, through ``bench.worker`` (``app.worker(**options)``). Each figure is a ratio to the defaults' cell: medians of
     ``sweep_rounds`` rounds of every setting, as the cells."""
     figures: list[Figure] = []
     rows: list[dict[str, Any]] = []
@@ -165,26 +179,26 @@ def _defaults(ctx: Context, kinds: dict[int, int], available: int) -> list[Figur
                                                                       for option, value in DEFAULT_NEIGHBOURS)]
     rounds = ctx.sizes.sweep_rounds
     try:
-        for ms in (0, 1):
-            n = kinds[ms]
+        for ms, writing in ((0, False), (1, False), (0, True)):
+            n, kind = kinds[ms], f"{ms} ms{', writing' if writing else ''}"
             runs: dict[str, list[dict[str, Any]]] = {}
             for rnd in range(rounds):  # round after round, as the cells above
                 for name, options in settings:
                     ctx.worker_options = {**saved, "listen": True, **options}  # bench.worker
-                    r = {**cell(ctx, ms, n, 1, slots), "options": name, "round": rnd + 1}
+                    r = {**cell(ctx, ms, n, 1, slots, writing), "options": name, "round": rnd + 1}
                     rows.append(r)
                     runs.setdefault(name, []).append(r)
-                    ctx.log(f"sweep defaults: {ms} ms, {name} {r['throughput']:,.0f} jobs/s")
-            key = f"sweep.defaults.{ms}ms"
+                    ctx.log(f"sweep defaults: {kind}, {name} {r['throughput']:,.0f} jobs/s")
+            key = f"sweep.defaults.{ms}ms{'.writing' if writing else ''}"
             for name, options in settings:
                 mine = [r["throughput"] for r in runs[name]]
                 note = f"median of {len(mine)} rounds" if len(mine) > 1 else ""
                 if not options:
                     ctx.refs[key] = median(mine)
-                    figures.append(Figure(f"sweep defaults {ms} ms", f"throughput, the defaults, 1 × {slots}",
+                    figures.append(Figure(f"sweep defaults {kind}", f"throughput, the defaults, 1 × {slots}",
                                           ctx.refs[key], "jobs/s", note=note, details={"rounds": mine}))
                 else:
-                    figures.append(Figure(f"sweep defaults {ms} ms", f"throughput, {name}, 1 × {slots}",
+                    figures.append(Figure(f"sweep defaults {kind}", f"throughput, {name}, 1 × {slots}",
                                           median(mine), "jobs/s", reference="the defaults' cell",
                                           baseline_key=key, note=note, details={"rounds": mine}))
     finally:

@@ -60,6 +60,14 @@ def make_app(dsn: str | None = None) -> skiplock.App:
         """Waits ``ms`` milliseconds without touching the database (the sweep's 1 ms and 10 ms jobs)."""
         time.sleep(ms / 1000)
 
+    @app.task(name="write")
+    def write(job: Any) -> None:
+        """Inserts one row into ``bench_writes`` in the job's transaction -- so the handler runs in a
+        savepoint of its own: a subtransaction, as every writing handler's in a batch (the sweep's
+        writing jobs, against which ``batch_size`` is weighed: PostgreSQL caches 64 subtransaction
+        ids per transaction)."""
+        job.conn.execute("INSERT INTO bench_writes (job_id) VALUES (%s)", [job.id])
+
     @app.task(name="stamp")
     def stamp(job: Any) -> None:
         """Records the wall-clock time (the system clock the producer also reads) at handler start; the row
