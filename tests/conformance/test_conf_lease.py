@@ -126,11 +126,34 @@ def test_finish_in_the_lease_commits_with_it_and_a_late_fresh_failure_record_is_
     assert (row["state"], row["result"]) == ("done", {"ok": 1})
 
 
+def test_finish_releases_the_savepoint_of_a_handler_that_wrote_before_its_done(subject, backend, enqueue):
+    """Guarantee: ``done`` with ``release`` (a handler that touched the database) releases the job's
+    savepoint first, so the job's row is written by the top transaction (no MultiXact on
+    PostgreSQL), and the handler's writes stay in the lease."""
+    from skiplock.backend.base import Finish, Via
+
+    ids = [enqueue() for _ in range(2)]
+    lease = subject.lease()
+    jobs = subject.claim(lease, limit=2)
+    lease.savepoint()
+    assert subject.complete(lease, jobs[1], 1)  # the handler's "write": kept
+    done = _write(jobs[0], "done", release=True)
+    assert backend.finish(lease, Finish(Via.LEASE, (done,))) == {ids[0]: "done"}
+    lease.savepoint()  # a new one, to prove the first is gone: rolling back to this one keeps both writes
+    lease.rollback_to_savepoint()
+    lease.release_savepoint()
+    with pytest.raises(DatabaseError):  # no savepoint left: the job's was released with its done
+        lease.rollback_to_savepoint()
+    lease.rollback()
+    assert [subject.state(i) for i in ids] == ["queued", "queued"]
+
+
 def test_finish_undoes_the_handler_s_writes_then_records_and_a_batch_commit_writes_only_its_jobs(
         subject, backend, enqueue):
-    """Guarantee: a failure is recorded after rolling back to the job's savepoint (``undo``), in the
-    lease; a batch's deferred ``done`` writes go with its COMMIT (Via.BATCH_COMMIT), for the jobs given
-    only: the others are released untouched."""
+    """Guarantee: a failure is recorded after rolling back to the job's savepoint and releasing it
+    (``undo``: the row is written by the top transaction), in the lease; a batch's deferred ``done``
+    writes go with its COMMIT (Via.BATCH_COMMIT), for the jobs given only: the others are released
+    untouched."""
     from conformance_support import WORKER
     from skiplock.backend.base import Finish, Via
 
@@ -142,7 +165,6 @@ def test_finish_undoes_the_handler_s_writes_then_records_and_a_batch_commit_writ
     assert subject.complete(lease, jobs[0], 1)  # the handler's "write", undone below
     failed = _write(jobs[0], "failed", error="E: boom", undo=True)
     assert backend.finish(lease, Finish(Via.LEASE, (failed,))) == {ids[0]: "failed"}
-    lease.release_savepoint()
     written = backend.finish(lease, Finish(Via.BATCH_COMMIT, (_write(jobs[1], "done"),), batch))
     assert written == {ids[1]: "done"} and lease.idle()  # committed
     assert [subject.state(i) for i in ids] == ["failed", "done", "queued"]

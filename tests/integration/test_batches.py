@@ -191,6 +191,37 @@ def test_cancelling_a_job_in_a_batch_reruns_its_batch_mates_alone(app, db, effec
     assert app.get_job(blocker).state == "cancelled"
 
 
+@pytest.mark.parametrize("batch_size", [1, 8])
+def test_a_cancellation_that_refuses_a_writing_handlers_done_rolls_back_its_writes(app, dsn, effects, batch_size):
+    """A writing handler's ``done`` is written by the lease's top transaction, its savepoint released
+    first (no MultiXact: test_no_multixacts.py). If a cancellation request committed meanwhile refuses
+    it, its writes can no longer be undone alone: the lease's whole transaction rolls back, as
+    cancel_job ending the session does. The job ends cancelled with no effect; its batch-mates run
+    again, and nothing is done twice."""
+    asked: list[int] = []
+
+    @app.task(name="work")
+    def work(job, cancel_me=False):
+        record(job)
+        if cancel_me and job.id not in asked:  # a request as cancel_job writes it, before it ends the session
+            asked.append(job.id)
+            with psycopg.connect(dsn, autocommit=True) as other:
+                other.execute("INSERT INTO skiplock.job_cancellations (job_id, reason) VALUES (%s, 'no longer wanted')",
+                              [job.id])
+
+    before = app.enqueue_many([("work", {})] * 3)
+    target = app.enqueue("work", {"cancel_me": True})
+    after = app.enqueue_many([("work", {})] * 4)
+    stats = run_until_empty(app, concurrency=1, batch_policy=whole(batch_size), poll_interval=0.05)
+    cancelled = app.get_job(target)
+    assert cancelled.state == "cancelled" and "no longer wanted" in cancelled.last_error, cancelled
+    per_job = dict(effects.execute("SELECT job_id, count(*) FROM effects GROUP BY 1").fetchall())
+    assert per_job == {i: 1 for i in before + after}  # the cancelled job's write is gone
+    assert [app.get_job(i).state for i in before + after] == ["done"] * 7
+    assert (stats.done, stats.cancelled) == (7, 1)
+    assert effects.execute("SELECT count(*) FROM skiplock.job_cancellations").fetchone()[0] == 0
+
+
 def batches_seen_by_handlers(app, dsn, jobs: int, sleep: float, running: list[int] | None = None,
                              task_options: dict | None = None, **worker) -> list[int]:
     """Drain ``jobs`` jobs whose handler counts the batches in flight (their rows in job_batches,

@@ -124,8 +124,11 @@ class Via(enum.Enum):
 class Write(NamedTuple):
     """One job's finishing write. ``state``: ``done`` (guarded: a pending cancellation refuses it),
     ``queued`` (retry or snooze after ``delay``), ``failed`` or ``cancelled``. ``undo``: roll back to
-    the handler's savepoint first (it touched the database). ``uncount``: give the attempt back (a
-    snooze). ``owner``: claimed lease -- the write is fenced on state ``running`` and this owner.
+    the handler's savepoint first (it touched the database), and release it. ``release``: ``done``
+    of a handler that touched the database -- release its savepoint first. Either way the job's own
+    row is written by the top transaction, which holds its lock (never by a subtransaction: see
+    ``savepoint`` in queries.sql). ``uncount``: give the attempt back (a snooze). ``owner``:
+    claimed lease -- the write is fenced on state ``running`` and this owner.
     A named tuple: one is made per finished job, on the hot path."""
 
     job: ClaimedJob
@@ -139,6 +142,7 @@ class Write(NamedTuple):
     uncount: bool = False
     undo: bool = False
     owner: uuid.UUID | None = None
+    release: bool = False
 
 
 class Finish(NamedTuple):
@@ -259,7 +263,7 @@ class Backend(ReadBackend, Protocol):
     def release_savepoint(self, conn: Any) -> None: ...
     def set_local_timeouts(self, conn: Any, seconds: float) -> None: ...
     def complete(self, conn: Any, job: ClaimedJob, attempt: int, result_json: str | None, started_at: datetime,
-                 worker: str, owner: uuid.UUID | None = None) -> bool: ...
+                 worker: str, owner: uuid.UUID | None = None, release: bool = False) -> bool: ...
     def record_outcome(self, conn: Any | None, job: ClaimedJob, attempt: int, *, state: str, delay: float | None,
                        error: str | None, started_at: datetime, worker: str, uncount: bool = False,
                        owner: uuid.UUID | None = None) -> str | None: ...

@@ -6,9 +6,14 @@ what those verbs take for a lease (PostgreSQL: the lease's driver connection; My
 itself). The dispatch:
 
 - ``Via.BATCH_COMMIT``: a batch's deferred ``done`` writes by ``complete_batch``, with its COMMIT;
-- ``done``: ``complete`` (guarded on a pending cancellation; fenced on the owner for a claimed lease);
-- any other state: ``record_outcome``, after rolling back to the job's savepoint when the write says
-  ``undo``;
+- ``done``: ``complete`` (guarded on a pending cancellation; fenced on the owner for a claimed lease),
+  after releasing the job's savepoint when the write says ``release``;
+- any other state: ``record_outcome``, after rolling back to the job's savepoint and releasing it
+  when the write says ``undo``;
+
+so the job's row is always written by the lease's top transaction, never inside the handler's
+savepoint (see ``savepoint`` in queries.sql: a row locked by the transaction and updated by a
+subtransaction gets a MultiXact that every later claim stepping over it must look up);
 - ``Via.FRESH`` (or no lease): ``conn`` None, i.e. the backend's own fresh transaction.
 
 Returns {job id: state written}; a job missing was refused by its guard or skipped (see base.py).
@@ -34,10 +39,12 @@ def dispatch(backend: Any, lease: Lease | None, what: Finish,
     (w,) = what.writes
     conn = None if lease is None or what.via is Via.FRESH else conn_of(lease)
     if w.state == "done":
-        done = backend.complete(conn, w.job, w.attempt, w.result, w.started_at, w.worker, w.owner)
+        done = backend.complete(conn, w.job, w.attempt, w.result, w.started_at, w.worker, w.owner,
+                                release=w.release and conn is not None)
         return {w.job.id: "done"} if done else {}
     if w.undo and conn is not None:
         backend.rollback_to_savepoint(conn)
+        backend.release_savepoint(conn)
     state = backend.record_outcome(conn, w.job, w.attempt, state=w.state, delay=w.delay, error=w.error,
                                    started_at=w.started_at, worker=w.worker, uncount=w.uncount, owner=w.owner)
     return {} if state is None else {w.job.id: state}

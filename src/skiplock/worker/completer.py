@@ -3,9 +3,12 @@ made by one backend verb, ``Backend.finish`` (which chooses the SQL); the comple
 write (``base.Finish``: ``Via.LEASE``, ``Via.FRESH``, ``Via.BATCH_COMMIT``; ``owner`` fences a
 claimed lease's) and reads the lease's state through ``Lease`` (never a driver connection):
 
-- ``write``: in the lease transaction while it is usable -- ``done`` (guarded: a cancellation
-  requested meanwhile refuses it, and the job is recorded cancelled), or the outcome's row (after
-  rolling back to the handler's savepoint if it touched the database); if the lease is gone, the
+- ``write``: in the lease transaction while it is usable, by its top transaction (the handler's
+  savepoint, if it touched the database, released first: see ``savepoint`` in queries.sql) --
+  ``done`` (guarded: a cancellation requested meanwhile refuses it, and the job is recorded
+  cancelled; if the handler had written, the lease's transaction is rolled back whole, as the
+  canceller's ending of the session would have: its batch-mates run again), or the outcome's row
+  (after rolling back to the handler's savepoint if it touched the database); if the lease is gone, the
   same outcome from a fresh transaction that never waits on a row lock (``record_outcome`` in
   queries.sql: a row still locked keeps the error pending in job_attempts, recorded once by the
   job's next finishing write);
@@ -62,13 +65,6 @@ class Completer:
 
     def __init__(self, backend: "Backend"):
         self.backend = backend
-
-    @staticmethod
-    def release(lease: "Lease") -> None:
-        """Release the savepoint of a job whose outcome is written (see ``release_savepoint`` in
-        queries.sql), if the lease is still usable -- a gone one is handled by whoever comes next."""
-        if lease.in_transaction():
-            lease.release_savepoint()
 
     def commit(self, lease: "Lease", claimed: ClaimedJob, task: "Task", attempt: int,
                outcome: Outcome, started_at: datetime, slot: str) -> Outcome:
@@ -168,15 +164,23 @@ class Completer:
     def write(self, lease: "Lease", claimed: ClaimedJob, attempt: int, outcome: Outcome,
               started_at: datetime, slot: str, ran: bool) -> Outcome:
         """An outcome written in the lease transaction (not committed), else from a fresh one.
-        ``ran``: the handler touched the database (its savepoint is rolled back first)."""
+        ``ran``: the handler touched the database: its savepoint is released (``done``) or rolled
+        back and released (any other outcome) first, so no savepoint of it is left either way.
+        Raises ``CancelledWhileRunning`` (the lease closed) when a cancellation refused the ``done``
+        of a handler that had written."""
         finish = self.backend.finish
         if isinstance(outcome, Done):
             # A failure here (connection lost before or during COMMIT) propagates: the server either
             # committed (the guard makes any later failure record a no-op) or rolled back (queued).
             if finish(lease, Finish(Via.LEASE, (Write(claimed, attempt, "done", started_at, slot,
-                                                      result=outcome.result),))):
+                                                      result=outcome.result, release=ran),))):
                 return outcome
             outcome = Cancelled(CANCELLED_WHILE_RUNNING)  # the guard refused 'done'
+            if ran:  # its writes joined the lease's transaction: only ending that undoes them
+                self._end_lease(lease)
+                write = _write_for(outcome, claimed, attempt, started_at, slot)
+                written = finish(None, Finish(Via.FRESH, (write,))).get(claimed.id)
+                raise CancelledWhileRunning(claimed, _as_written(outcome, written or "cancelled"))
         write = _write_for(outcome, claimed, attempt, started_at, slot, undo=ran)
         if usable(lease):
             try:
@@ -204,6 +208,17 @@ class Completer:
         if broken:
             raise ConnectionLost("the job's connection was lost during the attempt")
         return _as_written(outcome, written)
+
+    @staticmethod
+    def _end_lease(lease: "Lease") -> None:
+        """Roll the lease's transaction back (its row locks go: a fresh write can record the job) and
+        close it: the slot starts a new session (``CancelledWhileRunning``), and a batch runs no
+        further job on a transaction that no longer holds its jobs."""
+        try:
+            lease.rollback()
+        except (ConnectionLost, DatabaseError):
+            pass
+        lease.close()
 
     def _cancelled_meanwhile(self, job_id: int) -> bool:
         """After a lost session whose outcome could not be written: did a cancel end it? ``cancel_job``

@@ -157,9 +157,10 @@ class Executor:
         One durable write marks the batch before the first handler starts (``start_batch``: if the
         transaction never commits, each of its jobs later runs alone with a counted attempt). Each job
         gets its own savepoint as soon as its handler reads ``job.conn``: a failure rolls back only its
-        own work. A job whose handler touched the database is completed at once, inside its savepoint
-        (a refused completion rolls back its work alone); the others are written ``done`` together at
-        the end, with the COMMIT (``Completer.finish_batch``). Stops starting jobs once ``budget``
+        own work. A job whose handler touched the database is completed at once, its savepoint
+        released first (a completion a cancellation refuses then rolls back the whole batch, as
+        ``cancel_job`` ending the session does); the others are written ``done`` together at the
+        end, with the COMMIT (``Completer.finish_batch``). Stops starting jobs once ``budget``
         seconds have passed or the worker is stopping. A suspect runs alone: first, or not in this
         batch. A job asked to cancel or of an unknown task takes the single-job path (``run``). If the
         lease ends mid-batch, every job's work in it was rolled back: none of them is reported, and
@@ -305,8 +306,9 @@ class Executor:
         """One job of a batch: its handler (``before_conn`` runs at its first read of ``job.conn``: its
         savepoint), then its outcome and whether it was written. A ``Done`` whose handler never
         touched the database is not written (the batch's ``finish_batch`` writes it); any other
-        outcome is written at once in the batch's transaction (inside the job's savepoint, released
-        after, if it has one), ``before_write`` first (side by side: the batch's connection lock)."""
+        outcome is written at once in the batch's transaction, by its top transaction (the job's
+        savepoint, if it has one, released first: ``Completer.write``), ``before_write`` first (side
+        by side: the batch's connection lock)."""
         completer = self.completer
         job = make_job(claimed, attempt, slot, lease, before_conn)
         outcome = self.handlers.handle(task, job, claimed, attempt, lease)
@@ -317,10 +319,7 @@ class Executor:
             before_write()
         if touched:
             outcome = completer.still_leased(lease, task, attempt, claimed, outcome)
-        outcome = completer.write(lease, claimed, attempt, outcome, started_at, slot, touched)
-        if touched:
-            completer.release(lease)
-        return outcome, True
+        return completer.write(lease, claimed, attempt, outcome, started_at, slot, touched), True
 
     def _commit_batch(self, lease: "Lease", batch_id: int, outcomes: list[Outcome], reported: list[ClaimedJob],
                       done: list[tuple[ClaimedJob, int, str | None]], started_at: datetime, slot: str,
@@ -393,8 +392,6 @@ class Executor:
         if touched:
             outcome = completer.still_leased(lease, task, attempt, claimed, outcome)
         outcome = completer.write(lease, claimed, attempt, outcome, started_at, slot, touched)
-        if touched and not commit:
-            completer.release(lease)
         if commit and lease.alive():
             return completer.commit(lease, claimed, task, attempt, outcome, started_at, slot)
         return outcome
