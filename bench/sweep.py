@@ -53,20 +53,22 @@ def _max_connections(ctx: Context) -> int:
         return int(one(c, "SHOW max_connections")[0])
 
 
-def _counters(dsn: str) -> tuple[float, float]:
+def _counters(dsn: str) -> tuple[float, float, float]:
+    """(MultiXact SLRU reads, jobs-table buffer accesses, subtransaction SLRU reads) so far."""
     with psycopg.connect(dsn, autocommit=True) as c:
         c.execute("SELECT pg_stat_force_next_flush()")
         mx = one(c, "SELECT coalesce(sum(blks_hit + blks_read), 0) FROM pg_stat_slru WHERE name ILIKE 'multixact%%'")[0]
         buf = one(c, "SELECT coalesce(heap_blks_hit + heap_blks_read + idx_blks_hit + idx_blks_read, 0) "
                      "FROM pg_statio_user_tables WHERE relid = 'skiplock.jobs'::regclass")[0]
-    return float(mx), float(buf)
+        sub = one(c, "SELECT coalesce(sum(blks_hit + blks_read), 0) FROM pg_stat_slru WHERE name = 'subtransaction'")[0]
+    return float(mx), float(buf), float(sub)
 
 
-def cell(ctx: Context, ms: int, n: int, processes: int, slots: int, writing: bool = False) -> dict[str, Any]:
-    """Drain ``n`` prefilled jobs of ``ms`` ms with ``processes`` x ``slots``; ``writing``: jobs of the
-    ``write`` task instead (0 ms, one row inserted each)."""
-    job = ("write", {}) if writing else ("noop", {}) if ms == 0 else ("sleep", {"ms": ms})
-    with fresh_db(ctx.server, f"sweep_{'w' if writing else ''}{ms}ms_{processes}x{slots}") as dsn:
+def cell(ctx: Context, ms: int, n: int, processes: int, slots: int, writing: str = "") -> dict[str, Any]:
+    """Drain ``n`` prefilled jobs of ``ms`` ms with ``processes`` x ``slots``; ``writing``: jobs of
+    that task instead (``write`` or ``write_nested``, bench/tasks.py: one row inserted each)."""
+    job = (writing, {}) if writing else ("noop", {}) if ms == 0 else ("sleep", {"ms": ms})
+    with fresh_db(ctx.server, f"sweep_{writing}{ms}ms_{processes}x{slots}") as dsn:
         app = make_app(dsn)
         try:
             for start in range(0, n, 50_000):
@@ -79,7 +81,7 @@ def cell(ctx: Context, ms: int, n: int, processes: int, slots: int, writing: boo
             c.execute("VACUUM ANALYZE skiplock.jobs")
             c.execute("SELECT pg_stat_reset_slru()")
         checkpoint(dsn)
-        mx0, buf0 = _counters(dsn)
+        mx0, buf0, sub0 = _counters(dsn)
         workers = [ctx.worker(dsn, slots) for _ in range(processes)]
         finished = [w.wait(timeout=max(300.0, n / 20)) for w in workers]
         failed = [f for f in finished if f.returncode]
@@ -87,7 +89,7 @@ def cell(ctx: Context, ms: int, n: int, processes: int, slots: int, writing: boo
             raise RuntimeError(f"sweep worker exit codes {[f.returncode for f in finished]}: "
                                f"{failed[0].stderr[-2000:]}")
         settle(dsn)
-        mx1, buf1 = _counters(dsn)
+        mx1, buf1, sub1 = _counters(dsn)
         if writing:  # each job's row once: the handler's write committed with its job, never twice
             with psycopg.connect(dsn, autocommit=True) as c:
                 rows, distinct = one(c, "SELECT count(*), count(DISTINCT job_id) FROM bench_writes")
@@ -99,7 +101,8 @@ def cell(ctx: Context, ms: int, n: int, processes: int, slots: int, writing: boo
             raise RuntimeError(f"{exc}; the first worker's log ends: {finished[0].stderr[-2000:]}") from None
     return {"ms": ms, "writing": writing, "jobs": n, "processes": processes, "slots_per_process": slots,
             "throughput": checked["throughput"], "span_s": checked["span_s"],
-            "multixact_reads_per_job": (mx1 - mx0) / n, "jobs_buffers_per_job": (buf1 - buf0) / n}
+            "multixact_reads_per_job": (mx1 - mx0) / n, "jobs_buffers_per_job": (buf1 - buf0) / n,
+            "subtrans_reads_per_job": (sub1 - sub0) / n}
 
 
 def run(ctx: Context) -> list[Figure]:

@@ -68,6 +68,13 @@ def make_app(dsn: str | None = None) -> skiplock.App:
         ids per transaction)."""
         job.conn.execute("INSERT INTO bench_writes (job_id) VALUES (%s)", [job.id])
 
+    @app.task(name="write_nested")
+    def write_nested(job: Any) -> None:
+        """``write`` in a savepoint of its own within the job's (as an ORM session joined with a
+        savepoint writes, or Django's ``atomic()``): two subtransaction ids per job in a batch."""
+        with job.conn.transaction():
+            job.conn.execute("INSERT INTO bench_writes (job_id) VALUES (%s)", [job.id])
+
     @app.task(name="stamp")
     def stamp(job: Any) -> None:
         """Records the wall-clock time (the system clock the producer also reads) at handler start; the row
