@@ -43,6 +43,8 @@ KINDS = {0: 20_000, 1: 10_000, 10: 2_000}  # job length (ms) -> jobs per cell
 QUICK_KINDS = {0: 4_000, 1: 2_000, 10: 400}
 MAX_CONNECTIONS = 1200
 DEFAULTS_SLOTS = 16
+# (job length in ms, writing task or "") of the defaults' part: write and write_nested are 0 ms jobs
+DEFAULT_KINDS = ((0, ""), (1, ""), (0, "write"), (0, "write_nested"))
 # Each batching setting beside its default (worker/batching.py), the others at their defaults.
 DEFAULT_NEIGHBOURS = (("batch_size", 8), ("batch_size", 16), ("batch_size", 64), ("batch_slots", 2),
                       ("batch_slots", 4), ("batch_budget", 0.02), ("batch_budget", 0.1))
@@ -167,10 +169,12 @@ def run(ctx: Context) -> list[Figure]:
 def _defaults(ctx: Context, kinds: dict[int, int], available: int) -> list[Figure]:
     """Issue 16, goal 5: the batching defaults against their neighbours, at DEFAULTS_SLOTS slots for 0
     and 1 ms jobs, and for jobs that write a row each (``write``: each handler a subtransaction, as
-    writing handlers in a batch are; a batch of more than 64 of them overflows PostgreSQL's cache of
-    subtransaction ids, which the others' jobs cannot show) -- each setting alone, the others at their
-    defaults, through ``bench.worker`` (``app.worker(**options)``). Each figure is a ratio to the defaults' cell: medians of
-    ``sweep_rounds`` rounds of every setting, as the cells."""
+    writing handlers in a batch are; ``write_nested``: two, as an ORM session joined with a savepoint
+    -- a transaction with more than 64 subtransaction ids overflows PostgreSQL's cache of them, which
+    the other jobs cannot show) -- each setting alone, the others at their defaults, through
+    ``bench.worker`` (``app.worker(**options)``). Each figure is a ratio to the defaults' cell:
+    medians of ``sweep_rounds`` rounds of every setting, as the cells; the writing kinds' figures
+    also give subtransaction SLRU reads per job."""
     figures: list[Figure] = []
     rows: list[dict[str, Any]] = []
     slots = DEFAULTS_SLOTS
@@ -182,8 +186,8 @@ def _defaults(ctx: Context, kinds: dict[int, int], available: int) -> list[Figur
                                                                       for option, value in DEFAULT_NEIGHBOURS)]
     rounds = ctx.sizes.sweep_rounds
     try:
-        for ms, writing in ((0, False), (1, False), (0, True)):
-            n, kind = kinds[ms], f"{ms} ms{', writing' if writing else ''}"
+        for ms, writing in DEFAULT_KINDS:
+            n, kind = kinds[ms], f"{ms} ms{', ' + writing if writing else ''}"
             runs: dict[str, list[dict[str, Any]]] = {}
             for rnd in range(rounds):  # round after round, as the cells above
                 for name, options in settings:
@@ -192,7 +196,7 @@ def _defaults(ctx: Context, kinds: dict[int, int], available: int) -> list[Figur
                     rows.append(r)
                     runs.setdefault(name, []).append(r)
                     ctx.log(f"sweep defaults: {kind}, {name} {r['throughput']:,.0f} jobs/s")
-            key = f"sweep.defaults.{ms}ms{'.writing' if writing else ''}"
+            key = f"sweep.defaults.{ms}ms{'.' + writing if writing else ''}"
             for name, options in settings:
                 mine = [r["throughput"] for r in runs[name]]
                 note = f"median of {len(mine)} rounds" if len(mine) > 1 else ""
@@ -204,6 +208,9 @@ def _defaults(ctx: Context, kinds: dict[int, int], available: int) -> list[Figur
                     figures.append(Figure(f"sweep defaults {kind}", f"throughput, {name}, 1 × {slots}",
                                           median(mine), "jobs/s", reference="the defaults' cell",
                                           baseline_key=key, note=note, details={"rounds": mine}))
+                if writing:
+                    figures.append(Figure(f"sweep defaults {kind}", f"subtransaction SLRU reads per job, {name}",
+                                          median(r["subtrans_reads_per_job"] for r in runs[name]), "reads/job"))
     finally:
         ctx.worker_options = saved
     ctx.raw["sweep_defaults"] = rows
