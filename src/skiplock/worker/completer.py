@@ -180,7 +180,7 @@ class Completer:
                 self._end_lease(lease)
                 write = _write_for(outcome, claimed, attempt, started_at, slot)
                 written = finish(None, Finish(Via.FRESH, (write,))).get(claimed.id)
-                raise CancelledWhileRunning(claimed, _as_written(outcome, written or "cancelled"))
+                raise CancelledWhileRunning(claimed, _as_written(outcome, written))
         write = _write_for(outcome, claimed, attempt, started_at, slot, undo=ran)
         if usable(lease):
             try:
