@@ -129,7 +129,7 @@ def test_finish_in_the_lease_commits_with_it_and_a_late_fresh_failure_record_is_
 def test_finish_releases_the_savepoint_of_a_handler_that_wrote_before_its_done(subject, backend, enqueue):
     """Guarantee: ``done`` with ``release`` (a handler that touched the database) releases the job's
     savepoint first, so the job's row is written by the top transaction (no MultiXact on
-    PostgreSQL), and the handler's writes stay in the lease."""
+    PostgreSQL); the write still happens in the lease, uncommitted."""
     from skiplock.backend.base import Finish, Via
 
     ids = [enqueue() for _ in range(2)]
@@ -139,9 +139,6 @@ def test_finish_releases_the_savepoint_of_a_handler_that_wrote_before_its_done(s
     assert subject.complete(lease, jobs[1], 1)  # the handler's "write": kept
     done = _write(jobs[0], "done", release=True)
     assert backend.finish(lease, Finish(Via.LEASE, (done,))) == {ids[0]: "done"}
-    lease.savepoint()  # a new one, to prove the first is gone: rolling back to this one keeps both writes
-    lease.rollback_to_savepoint()
-    lease.release_savepoint()
     with pytest.raises(DatabaseError):  # no savepoint left: the job's was released with its done
         lease.rollback_to_savepoint()
     lease.rollback()

@@ -13,6 +13,7 @@ job in a drain of 16 slots.) Counted with the server's own MultiXact counter
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 
 from test_batches import whole  # claims are whole batches from the start
@@ -67,8 +68,6 @@ def test_no_job_leaves_a_multixact(tasks, db, batch_size, task, state, effects):
 
 def test_the_counter_does_see_a_row_locked_then_updated_in_a_savepoint(db, dsn):
     """The control: what the jobs no longer do, done by hand, moves the counter."""
-    import psycopg
-
     db.execute("CREATE TABLE lockme (id int PRIMARY KEY, v int)")
     db.execute("INSERT INTO lockme VALUES (1, 0)")
     before = next_multixact(db)

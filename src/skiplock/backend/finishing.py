@@ -10,11 +10,13 @@ itself). The dispatch:
   after releasing the job's savepoint when the write says ``release``;
 - any other state: ``record_outcome``, after rolling back to the job's savepoint and releasing it
   when the write says ``undo``;
-
-so the job's row is always written by the lease's top transaction, never inside the handler's
-savepoint (see ``savepoint`` in queries.sql: a row locked by the transaction and updated by a
-subtransaction gets a MultiXact that every later claim stepping over it must look up);
 - ``Via.FRESH`` (or no lease): ``conn`` None, i.e. the backend's own fresh transaction.
+
+So a job's row is always written by the lease's top transaction, never inside the handler's
+savepoint (``savepoint`` in queries.sql: a row locked by the transaction and updated by a
+subtransaction gets a MultiXact that every later claim stepping over it must look up). The release
+is a round trip of its own: sent in one psycopg pipeline with the write, 64 slots of writing jobs
+drained at 0.6-0.9 of the speed of the two statements (docs/benchmarks.md, "Session 29").
 
 Returns {job id: state written}; a job missing was refused by its guard or skipped (see base.py).
 Driver-free: each backend translates its driver's errors around the call.
@@ -39,8 +41,9 @@ def dispatch(backend: Any, lease: Lease | None, what: Finish,
     (w,) = what.writes
     conn = None if lease is None or what.via is Via.FRESH else conn_of(lease)
     if w.state == "done":
-        done = backend.complete(conn, w.job, w.attempt, w.result, w.started_at, w.worker, w.owner,
-                                release=w.release and conn is not None)
+        if w.release and conn is not None:
+            backend.release_savepoint(conn)
+        done = backend.complete(conn, w.job, w.attempt, w.result, w.started_at, w.worker, w.owner)
         return {w.job.id: "done"} if done else {}
     if w.undo and conn is not None:
         backend.rollback_to_savepoint(conn)

@@ -163,17 +163,13 @@ class Leasing(MySQLConnections):
         return done
 
     def complete(self, conn: Any, job: ClaimedJob, attempt: int, result_json: str | None, started_at: datetime,
-                 worker: str, owner: uuid.UUID | None = None, release: bool = False) -> bool:
+                 worker: str, owner: uuid.UUID | None = None) -> bool:
         """Write ``done`` in the lease (guarded: see ``complete`` in queries.sql); False if refused.
-        ``release``: the job's savepoint is released first. ``conn`` None: a pooled transaction,
-        committed at once."""
+        ``conn`` None: a pooled transaction, committed at once."""
         if conn is None:
             with self._transaction() as c:
                 return self._complete_on(c, job, attempt, result_json, started_at, worker, owner)
         with self._on(conn) as raw:
-            if release:
-                with raw.cursor() as cur:
-                    cur.execute(self.q["release_savepoint"])
             return self._complete_on(raw, job, attempt, result_json, started_at, worker, owner)
 
     def _outcome_on(self, raw: Any, job: ClaimedJob, attempt: int, state: str, delay: float | None,

@@ -153,18 +153,14 @@ class Leasing(PostgresConnections):
 
     @_on_session
     def complete(self, conn: psycopg.Connection[Any] | None, job: ClaimedJob, attempt: int, result_json: str | None,
-                 started_at: datetime, worker: str, owner: uuid.UUID | None = None, release: bool = False) -> bool:
+                 started_at: datetime, worker: str, owner: uuid.UUID | None = None) -> bool:
         """False if the job was not written done (a cancellation was requested, or -- claimed lease --
-        the lease is no longer ``owner``'s). ``release``: the job's savepoint is released first (a
-        round trip of its own: sent in one pipeline with the write, 64 slots of writing jobs drained
-        at 0.6-0.9 of the speed of two statements). ``conn`` None (claimed lease only: the fence is the
-        lease, not a lock): a pooled connection, committed at once."""
-        name = complete_statement(owner)
-        params = {"id": job.id, "attempt": attempt, "result": result_json, "started_at": started_at,
-                  "worker": worker, "owner": owner, "notice": self.notice(job.id)}
-        if release and conn is not None:
-            self.release_savepoint(conn)
-        return bool(self._one(name, params, conn)[0])
+        the lease is no longer ``owner``'s). ``conn`` None (claimed lease only: the fence is the lease,
+        not a lock): a pooled connection, committed at once."""
+        row = self._one(complete_statement(owner), {
+            "id": job.id, "attempt": attempt, "result": result_json, "started_at": started_at, "worker": worker,
+            "owner": owner, "notice": self.notice(job.id)}, conn)
+        return bool(row[0])
 
     @_on_session
     def record_outcome(self, conn: psycopg.Connection[Any] | None, job: ClaimedJob, attempt: int, *, state: str,

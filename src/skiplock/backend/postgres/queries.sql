@@ -598,7 +598,7 @@ SELECT pg_terminate_backend(pid, 5000) FROM unnest(%(pids)s::int[]) AS p(pid);
 -- prunes it) looks it up again in the MultiXact SLRU. With many slots that lookup traffic, not the
 -- jobs, became the drain's bottleneck (issue 16: 3.4 SLRU reads per job at 16 slots, 18 at 64). So
 -- the `done` of a handler that did not touch the database is written in the top transaction, that
--- of one that did after this savepoint is released (`complete` with `release`), any other outcome
+-- of one that did after this savepoint is released (`Write.release`), any other outcome
 -- after rolling back to it and releasing it: the job's row is only ever updated by the top
 -- transaction, which holds its lock (before, 150-240 SLRU reads per writing job at 16 slots;
 -- tests/integration/test_no_multixacts.py).
