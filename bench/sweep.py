@@ -1,14 +1,19 @@
 """Slot and process sweep (issue 16, goal 1): does throughput hold as a worker gets more slots, and
 as a fixed number of slots is spread over more processes?
 
-For jobs of 0, 1 and 10 ms (``noop``, ``sleep``), each cell drains a prefilled queue with the public
-worker CLI until it is empty and reports, besides throughput (as in the drain scenario: first claim to
-last completion, on the server's clock), what the issue asks to watch:
+For jobs of 0, 1 and 10 ms (``noop``, ``sleep``), each cell drains ``n`` jobs with the public worker
+CLI. The workers start first, on an empty queue; once each process has counted the others (its share
+of leases, ``Governor.share``), the jobs arrive in one transaction and the workers drain them. (Until
+session 30 the queue was prefilled and the workers started on it: on 2 cores eight processes'
+start-ups spread over about two seconds and overlapped most of a 10,000-job drain, so the process
+axis measured start-up as much as draining; ``cell(..., warm=False)`` still does that.) Each cell
+reports, besides throughput (as in the drain scenario: first claim to last completion on the server's
+clock, or the window in which every process was working), what the issue asks to watch:
 
 - MultiXact SLRU reads per job (``pg_stat_slru``, multixact_offset + multixact_member, reset per cell;
   the cluster-wide view, so nothing else may run on the server meanwhile);
 - buffer accesses per job on the jobs table and its indexes (``pg_statio_user_tables``: heap + index
-  hits and reads, every statement of the cell, not the claim alone).
+  hits and reads, every statement of the cell but the enqueue, not the claim alone).
 
 Each cell's throughput is compared with the previous cell of its series (the goal: non-decreasing
 within noise, >= 0.9). A drain of 10,000 1 ms jobs lasts under two seconds, and on a shared machine
@@ -27,13 +32,15 @@ are skipped, saying so.
 
 from __future__ import annotations
 
+import time
 from statistics import median
 from typing import Any
 
 import psycopg
 
-from .common import Context, Figure, checkpoint, fresh_db, one, settle
+from .common import Child, Context, Figure, checkpoint, fresh_db, one, settle
 from .drain import check_drained
+from .load import stop_all
 from .tasks import make_app
 
 SLOTS = (4, 16, 64, 256)
@@ -66,26 +73,71 @@ def _counters(dsn: str) -> tuple[float, float, float]:
     return float(mx), float(buf), float(sub)
 
 
-def cell(ctx: Context, ms: int, n: int, processes: int, slots: int, writing: str = "") -> dict[str, Any]:
-    """Drain ``n`` prefilled jobs of ``ms`` ms with ``processes`` x ``slots``; ``writing``: jobs of
-    that task instead (``write`` or ``write_nested``, bench/tasks.py: one row inserted each)."""
+def _jobs_buffers_of_this_transaction(conn: psycopg.Connection[Any]) -> float:
+    """Buffer accesses (hits + reads) of the current transaction on the jobs table and its indexes."""
+    return float(one(conn, "SELECT coalesce(sum(pg_stat_get_xact_blocks_fetched(r)), 0) FROM "
+                           "(SELECT 'skiplock.jobs'::regclass::oid AS r UNION ALL SELECT indexrelid FROM pg_index "
+                           " WHERE indrelid = 'skiplock.jobs'::regclass) rels")[0])
+
+
+def _settled(dsn: str, processes: int, timeout: float = 60.0) -> None:
+    """Until every one of ``processes`` workers has its row in the workers table and has refreshed it
+    since the last of them started: each has then counted all the others (the presence loop's count,
+    which sets its share of leases, ``Governor.share``)."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(dsn, autocommit=True) as c:
+        while True:
+            rows, seen_all = one(c, "SELECT count(*), coalesce(bool_and(last_seen > (SELECT max(started_at) "
+                                    "FROM skiplock.workers)), false) FROM skiplock.workers")
+            if rows >= processes and seen_all:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"sweep: {rows} of {processes} workers settled after {timeout:.0f}s")
+            time.sleep(0.05)
+    time.sleep(0.2)  # the last refresh's count reaches its governor just after the write
+
+
+def cell(ctx: Context, ms: int, n: int, processes: int, slots: int, writing: str = "",
+         warm: bool = True) -> dict[str, Any]:
+    """Drain ``n`` jobs of ``ms`` ms with ``processes`` x ``slots``; ``writing``: jobs of that task
+    instead (``write`` or ``write_nested``, bench/tasks.py: one row inserted each).
+
+    ``warm`` (the default): the workers start first, on an empty queue, and once every process has
+    counted the others (``_settled``) all ``n`` jobs arrive in one transaction -- so the drain
+    measures running workers, not their start. Otherwise (cold) the queue is prefilled and the
+    workers start on it: on 2 cores, 8 processes' start-ups (imports, sessions) spread over ~2 s
+    and overlap most of a 10,000-job drain. Buffer accesses per job leave out the enqueue's own."""
     job = (writing, {}) if writing else ("noop", {}) if ms == 0 else ("sleep", {"ms": ms})
+    mode = "warm" if warm else "cold"
     with fresh_db(ctx.server, f"sweep_{writing}{ms}ms_{processes}x{slots}") as dsn:
         app = make_app(dsn)
+        enqueue_buffers = 0.0
         try:
-            for start in range(0, n, 50_000):
-                app.enqueue_many([job] * min(50_000, n - start))
+            with psycopg.connect(dsn, autocommit=True) as c:
+                if writing:
+                    c.execute("CREATE TABLE bench_writes (job_id bigint NOT NULL)")
+            if not warm:
+                _enqueue(app, dsn, job, n)
+                with psycopg.connect(dsn, autocommit=True) as c:
+                    c.execute("VACUUM ANALYZE skiplock.jobs")
+            with psycopg.connect(dsn, autocommit=True) as c:
+                c.execute("SELECT pg_stat_reset_slru()")
+            checkpoint(dsn)
+            workers = [ctx.worker(dsn, slots, stop_when_empty=not warm) for _ in range(processes)]
+            try:
+                if warm:
+                    _settled(dsn, processes)
+                mx0, buf0, sub0 = _counters(dsn)
+                if warm:
+                    enqueue_buffers = _enqueue(app, dsn, job, n)
+                    _wait_done(dsn, n, workers, timeout=max(300.0, n / 20))
+                    finished = stop_all(workers)
+                else:
+                    finished = [w.wait(timeout=max(300.0, n / 20)) for w in workers]
+            finally:
+                stop_all(workers)  # none is left running, whatever went wrong
         finally:
             app.close()
-        with psycopg.connect(dsn, autocommit=True) as c:
-            if writing:
-                c.execute("CREATE TABLE bench_writes (job_id bigint NOT NULL)")
-            c.execute("VACUUM ANALYZE skiplock.jobs")
-            c.execute("SELECT pg_stat_reset_slru()")
-        checkpoint(dsn)
-        mx0, buf0, sub0 = _counters(dsn)
-        workers = [ctx.worker(dsn, slots) for _ in range(processes)]
-        finished = [w.wait(timeout=max(300.0, n / 20)) for w in workers]
         failed = [f for f in finished if f.returncode]
         if failed:  # before the count: a worker that could not start says why
             raise RuntimeError(f"sweep worker exit codes {[f.returncode for f in finished]}: "
@@ -102,9 +154,35 @@ def cell(ctx: Context, ms: int, n: int, processes: int, slots: int, writing: str
         except RuntimeError as exc:
             raise RuntimeError(f"{exc}; the first worker's log ends: {finished[0].stderr[-2000:]}") from None
     return {"ms": ms, "writing": writing, "jobs": n, "processes": processes, "slots_per_process": slots,
-            "throughput": checked["throughput"], "span_s": checked["span_s"],
-            "multixact_reads_per_job": (mx1 - mx0) / n, "jobs_buffers_per_job": (buf1 - buf0) / n,
-            "subtrans_reads_per_job": (sub1 - sub0) / n}
+            "start": mode, "throughput": checked["throughput"], "span_s": checked["span_s"],
+            "multixact_reads_per_job": (mx1 - mx0) / n, "jobs_buffers_per_job": (buf1 - buf0 - enqueue_buffers) / n,
+            "enqueue_buffers_per_job": enqueue_buffers / n, "subtrans_reads_per_job": (sub1 - sub0) / n}
+
+
+def _enqueue(app: Any, dsn: str, job: tuple[str, dict[str, Any]], n: int) -> float:
+    """``n`` copies of ``job``, 50,000 per transaction; returns the jobs-table buffer accesses of
+    those transactions (read in each before it commits)."""
+    buffers = 0.0
+    with psycopg.connect(dsn) as c:
+        for start in range(0, n, 50_000):
+            app.enqueue_many([job] * min(50_000, n - start), conn=c)
+            buffers += _jobs_buffers_of_this_transaction(c)
+            c.commit()
+    return buffers
+
+
+def _wait_done(dsn: str, n: int, workers: list[Child], timeout: float) -> None:
+    """Until ``n`` jobs are done (a worker that exits meanwhile, or the timeout, raises)."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(dsn, autocommit=True) as c:
+        while one(c, "SELECT count(*) FROM skiplock.jobs WHERE state = 'done'")[0] < n:
+            gone = [f for f in (w.poll() for w in workers) if f is not None]
+            if gone:
+                raise RuntimeError(f"sweep worker exited with {gone[0].returncode} before the drain ended: "
+                                   f"{gone[0].stderr[-2000:]}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"sweep: the drain of {n} jobs did not end within {timeout:.0f}s")
+            time.sleep(0.02)
 
 
 def run(ctx: Context) -> list[Figure]:
