@@ -451,6 +451,24 @@ def wait_for_sessions(dsn: str, application_prefix: str, count: int, timeout: fl
             time.sleep(0.05)
 
 
+def wait_for_workers(dsn: str, processes: int, timeout: float = 60.0) -> None:
+    """Until every one of ``processes`` workers has its row in the workers table and has refreshed it
+    since the last of them started: each has then counted all the others (the presence loop's count,
+    which sets its share of leases, ``Governor.share``). Not their sessions: a worker opens a slot's
+    session only once the slot may hold a lease, so most slots of several processes never open one."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(dsn, autocommit=True) as c:
+        while True:
+            rows, seen_all = one(c, "SELECT count(*), coalesce(bool_and(last_seen > (SELECT max(started_at) "
+                                    "FROM skiplock.workers)), false) FROM skiplock.workers")
+            if rows >= processes and seen_all:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{rows} of {processes} workers registered and settled after {timeout:.0f}s")
+            time.sleep(0.05)
+    time.sleep(0.2)  # the last refresh's count reaches its governor just after the write
+
+
 # ---- statistics and figures ---------------------------------------------------------------------
 
 

@@ -49,7 +49,7 @@ from typing import Any, Sequence
 import psycopg
 
 from .common import (Child, Context, DbCounters, Figure, Finished, checkpoint, fresh_db, one, percentile, settle, summary_ms,
-                     wait_for_sessions, worker_summary)
+                     wait_for_workers, worker_summary)
 from .drain import check_drained
 from .tasks import make_app
 
@@ -283,7 +283,7 @@ def offered(ctx: Context, label: str, processes: int, slots: int, rate: float, s
         producer = Producer(dsn, rate)
         workers = [ctx.worker(dsn, slots, stop_when_empty=False) for _ in range(processes)]
         try:
-            wait_for_sessions(dsn, "skiplock-worker", processes * slots)
+            wait_for_workers(dsn, processes)
             cpu = ctx.cpu()
             producer.start()
             time.sleep(warmup)

@@ -95,7 +95,10 @@ class Bench:
             wall = time.perf_counter() - t
             if done.returncode != 0:
                 raise RuntimeError(f"mariadb-slap failed: {done.stderr[-1000:]}")
-            seconds = float(re.search(r"Average number of seconds to run all queries: ([0-9.]+)", done.stdout).group(1))
+            m = re.search(r"Average number of seconds to run all queries: ([0-9.]+)", done.stdout)
+            if m is None:
+                raise RuntimeError(f"mariadb-slap printed no average time: {done.stdout[-1000:]}")
+            seconds = float(m.group(1))
             finished = int(self.one(name, "SELECT COUNT(*) FROM jobs WHERE state = 'done'")[0])
             return {"clients": clients, "transactions": finished, "seconds": seconds, "wall_s": wall,
                     "tps": finished / seconds}
@@ -146,9 +149,9 @@ class Bench:
                 name, "SELECT SUM(state = 'done'), SUM(state = 'failed'), "
                       "TIMESTAMPDIFF(MICROSECOND, MIN(started_at), MAX(finished_at)), "
                       "SUM(errors LIKE '%%1213%%' OR last_error LIKE '%%1213%%') FROM skiplock_jobs")
-            texts = [p.read_text(errors="replace") for p in logs]
-            for p in logs:
-                p.unlink(missing_ok=True)
+            texts = [log.read_text(errors="replace") for log in logs]
+            for log in logs:
+                log.unlink(missing_ok=True)
             surfaced_logs = sum(len(re.findall(r"\b1213\b|Deadlock found", t)) for t in texts)
             return {"processes": processes, "slots": slots, "jobs": jobs, "done": int(done or 0),
                     "failed": int(failed or 0), "seconds": (micros or 0) / 1e6,

@@ -74,7 +74,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .common import (FULL, QUICK, REPO_ROOT, Child, Context, DbCounters, Figure, MachineLoad, Server, ServerCpu, fresh_db,
-                     from_dsn, one, percentile, settle, start_embedded, use_revision, wait_for_sessions)
+                     from_dsn, one, percentile, settle, start_embedded, use_revision, wait_for_workers)
 from .worker import DEBUG_LOGGERS_ENV, parse_option
 
 DEFAULT_MINUTES = 30.0
@@ -344,7 +344,7 @@ def soak(ctx: Context, args: argparse.Namespace, rate: float, settings: dict[str
         stopped_early: str | None = None
         late_interval: tuple[int, int, int] | None = None
         try:
-            wait_for_sessions(dsn, "skiplock-worker", args.processes * args.concurrency)
+            wait_for_workers(dsn, args.processes)
             producer.start()
             sampler = Sampler(dsn, producer, settings, ctx.cpu(), workers)
             ctx.log(f"soak: {args.minutes:g} min at {rate:,.0f} jobs/s, {args.processes} × {args.concurrency} slots, "

@@ -38,7 +38,7 @@ from typing import Any
 
 import psycopg
 
-from .common import Child, Context, Figure, checkpoint, fresh_db, one, settle
+from .common import Child, Context, Figure, checkpoint, fresh_db, one, settle, wait_for_workers
 from .drain import check_drained
 from .load import stop_all
 from .tasks import make_app
@@ -80,23 +80,6 @@ def _jobs_buffers_of_this_transaction(conn: psycopg.Connection[Any]) -> float:
                            " WHERE indrelid = 'skiplock.jobs'::regclass) rels")[0])
 
 
-def _settled(dsn: str, processes: int, timeout: float = 60.0) -> None:
-    """Until every one of ``processes`` workers has its row in the workers table and has refreshed it
-    since the last of them started: each has then counted all the others (the presence loop's count,
-    which sets its share of leases, ``Governor.share``)."""
-    deadline = time.monotonic() + timeout
-    with psycopg.connect(dsn, autocommit=True) as c:
-        while True:
-            rows, seen_all = one(c, "SELECT count(*), coalesce(bool_and(last_seen > (SELECT max(started_at) "
-                                    "FROM skiplock.workers)), false) FROM skiplock.workers")
-            if rows >= processes and seen_all:
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"sweep: {rows} of {processes} workers settled after {timeout:.0f}s")
-            time.sleep(0.05)
-    time.sleep(0.2)  # the last refresh's count reaches its governor just after the write
-
-
 def cell(ctx: Context, ms: int, n: int, processes: int, slots: int, writing: str = "",
          warm: bool = True) -> dict[str, Any]:
     """Drain ``n`` jobs of ``ms`` ms with ``processes`` x ``slots``; ``writing``: jobs of that task
@@ -126,7 +109,7 @@ def cell(ctx: Context, ms: int, n: int, processes: int, slots: int, writing: str
             workers = [ctx.worker(dsn, slots, stop_when_empty=not warm) for _ in range(processes)]
             try:
                 if warm:
-                    _settled(dsn, processes)
+                    wait_for_workers(dsn, processes)
                 mx0, buf0, sub0 = _counters(dsn)
                 if warm:
                     enqueue_buffers = _enqueue(app, dsn, job, n)
