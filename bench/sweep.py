@@ -21,7 +21,7 @@ one such cell against its neighbour ranged from 0.54 to 1.24 in consecutive roun
 runs ``--sweep-rounds`` times (3; 1 with ``--quick``), round after round of all of them, and the
 figures are each cell's medians (the JSON keeps every round, and each ratio round by round).
 
-Then the batching defaults (``batch_size`` 32, ``batch_slots`` 1, ``batch_budget`` 0.05 s) against
+Then the batching defaults (``batch_size`` 32, ``batch_slots`` 1, ``batch_budget`` 0.1 s) against
 their neighbours, one setting at a time, at 1 × 16 slots for 0 and 1 ms jobs and for jobs that
 write a row each, each as a ratio to the defaults' cell (issue 16, goal 5: the defaults are those the
 sweep shows best). Opt-in (``--only sweep``): it is not part of a plain ``python -m bench``.
@@ -54,7 +54,7 @@ DEFAULTS_SLOTS = 16
 DEFAULT_KINDS = ((0, ""), (1, ""), (0, "write"), (0, "write_nested"))
 # Each batching setting beside its default (worker/batching.py), the others at their defaults.
 DEFAULT_NEIGHBOURS = (("batch_size", 8), ("batch_size", 16), ("batch_size", 64), ("batch_slots", 2),
-                      ("batch_slots", 4), ("batch_budget", 0.02), ("batch_budget", 0.1))
+                      ("batch_slots", 4), ("batch_budget", 0.05), ("batch_budget", 0.2))
 
 
 def _max_connections(ctx: Context) -> int:

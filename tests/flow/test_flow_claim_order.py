@@ -22,6 +22,8 @@ from skiplock.worker import claiming
 from skiplock.worker.batching import WholeBatches
 from skiplock.worker.claiming import PLAIN_REST_SECONDS
 
+BUDGET = 0.05  # batch_budget of late_arrivals' worker: 20 ms jobs are over a quarter of it (slow)
+
 
 def make_app(dsn: str, seconds: float = 0.0) -> skiplock.App:
     app = skiplock.App(dsn)
@@ -90,7 +92,8 @@ def late_arrivals(app: skiplock.App, runs: psycopg.Connection[Any], backlog: lis
     """Two slots drain ``backlog``; once 50 of its jobs ran, ``late`` is enqueued. Returns every run's
     part, in the order they started."""
     app.enqueue_many(backlog)
-    worker = app.worker(concurrency=2, poll_interval=0.05, handle_signals=False, adaptive_limit=False)
+    worker = app.worker(concurrency=2, poll_interval=0.05, handle_signals=False, adaptive_limit=False,
+                        batch_budget=BUDGET)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
@@ -106,7 +109,7 @@ def late_arrivals(app: skiplock.App, runs: psycopg.Connection[Any], backlog: lis
 
 
 def test_plain_jobs_are_not_starved_by_a_flow_backlog(dsn: str, runs: psycopg.Connection[Any]):
-    app = make_app(dsn, seconds=0.02)  # measured slow (over batch_budget / 4): one job per claim
+    app = make_app(dsn, seconds=0.02)  # measured slow (over BUDGET / 4): one job per claim
     order = late_arrivals(app, runs, [("fair_job", {"part": f"p{i % 10}"}, {"partition": f"p{i % 10}"})
                                       for i in range(500)], [("plain_job", {"part": "plain"}, {}) for _ in range(5)])
     last_plain = max(i for i, part in enumerate(order) if part == "plain")

@@ -19,3 +19,9 @@ def test_worker_flow_turns_are_the_libraries():
     from skiplock.worker.batching import FLOW_TURNS
 
     assert cli_worker.FLOW_TURNS == FLOW_TURNS
+
+
+def test_worker_batch_budget_default_is_the_libraries():
+    from skiplock.worker.batching import DEFAULT_BATCH_BUDGET, BatchPolicy
+
+    assert cli_worker.DEFAULT_BATCH_BUDGET == DEFAULT_BATCH_BUDGET == BatchPolicy().batch_budget

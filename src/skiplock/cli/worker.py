@@ -15,9 +15,10 @@ from .params import Duration
 if TYPE_CHECKING:
     from ..worker import Worker
 
-# skiplock.worker.batching.DEFAULT_BATCH_SIZE, DEFAULT_BATCH_WAIT and FLOW_TURNS, written out so that the command
+# skiplock.worker.batching.DEFAULT_BATCH_SIZE, DEFAULT_BATCH_BUDGET, DEFAULT_BATCH_WAIT and FLOW_TURNS, written out so that the command
 # line does not import the worker to show its help (tests/unit/test_cli_defaults.py checks they agree).
 DEFAULT_BATCH_SIZE = 32
+DEFAULT_BATCH_BUDGET = 0.1
 DEFAULT_BATCH_WAIT = 0.016
 FLOW_TURNS = 3
 
@@ -31,8 +32,8 @@ FLOW_TURNS = 3
               help="Fallback poll when no NOTIFY arrives.")
 @click.option("--batch-size", type=click.IntRange(1, 1000), default=DEFAULT_BATCH_SIZE, show_default=True,
               help="Most jobs one claim takes; fast jobs then share one commit (adaptive, see docs/batches.md).")
-@click.option("--batch-budget", type=Duration(0.001, 60), default=0.05, show_default=True,
-              help="Time after which a batch starts no further job (seconds, or 50ms).")
+@click.option("--batch-budget", type=Duration(0.001, 60), default=DEFAULT_BATCH_BUDGET, show_default=True,
+              help="Time after which a batch starts no further job (seconds, or 100ms).")
 @click.option("--batch-slots", type=click.IntRange(1, 512), default=1, show_default=True,
               help="Slots that may run a batch at the same time.")
 @click.option("--flow-batch-slots", type=click.IntRange(1, 512), default=None,

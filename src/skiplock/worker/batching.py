@@ -46,6 +46,12 @@ if TYPE_CHECKING:
 # was 1.1 / 1.8 / 3.2 / 3.8 x the pgbench baseline. 32 keeps a batch within the 64 subtransaction
 # ids PostgreSQL caches per transaction even when every handler writes (one savepoint each).
 DEFAULT_BATCH_SIZE = 32
+# Seconds after which a batch starts no further job; a quarter of it decides which tasks are fast
+# (FAST_SHARE). 0.05 s until session 30: with running workers (`python -m bench --only sweep`, 1 x 16)
+# 0.1 s drained 1.14 / 1.05 / 1.15 / 1.19 x as many 0 ms / 1 ms / writing / nested-writing jobs, and in
+# five more alternating rounds 1.06 x (1 ms) and 1.19 x (writing: 1.11-1.46 each round), with no worse
+# pickup at half the capacity (docs/benchmarks.md, "Session 30").
+DEFAULT_BATCH_BUDGET = 0.1
 # While other slots are idle, a claim takes no more jobs than start within this many seconds of it
 # (BatchPolicy.share).
 DEFAULT_BATCH_WAIT = 0.016
@@ -163,7 +169,7 @@ class BatchPolicy:
     ``side_by_side``: a batch that is not near-instant runs its jobs at the same time on the worker's idle
     slots (worker/side_by_side.py), else one after another."""
 
-    def __init__(self, batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = 0.05, batch_slots: int = 1, *,
+    def __init__(self, batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = DEFAULT_BATCH_BUDGET, batch_slots: int = 1, *,
                  batch_wait: float | None = DEFAULT_BATCH_WAIT, instant_seconds: float = 0.0005,
                  flow_batch_slots: int | None = None, side_by_side: bool = True):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= 1000:
@@ -291,7 +297,7 @@ class WholeBatches(BatchPolicy):
     its slot and one per idle slot, and they start together). For tests and benchmarks that need
     batches of a known shape."""
 
-    def __init__(self, batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = 0.05, batch_slots: int = 1, *,
+    def __init__(self, batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = DEFAULT_BATCH_BUDGET, batch_slots: int = 1, *,
                  side_by_side: bool = False, **options: Any):
         super().__init__(batch_size, batch_budget, batch_slots, side_by_side=side_by_side, **options)
 

@@ -28,7 +28,7 @@ from ..maintenance.pruner import Pruner
 from ..maintenance.rescuer import Rescuer
 from ..maintenance.service import Service
 from ..reconnect import Reconnects, quiet_driver_noise, reporting_losses
-from .batching import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_WAIT, BatchPolicy, ClaimSize
+from .batching import DEFAULT_BATCH_BUDGET, DEFAULT_BATCH_SIZE, DEFAULT_BATCH_WAIT, BatchPolicy, ClaimSize
 from .claiming import Claimer
 from .completer import CancelledWhileRunning
 from .executor import Executor
@@ -101,7 +101,7 @@ class Worker:
     def __init__(self, app: "App", queues: Sequence[str] | None = None, concurrency: int = 4, *,
                  poll_interval: float = 0.5, name: str | None = None, handle_signals: bool = True,
                  max_reconnect_delay: float = 30.0, maintenance: bool = True, prune_interval: float = 60.0,
-                 batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = 0.05, batch_slots: int = 1,
+                 batch_size: int = DEFAULT_BATCH_SIZE, batch_budget: float = DEFAULT_BATCH_BUDGET, batch_slots: int = 1,
                  batch_wait: float | None = DEFAULT_BATCH_WAIT, listen: bool = True,
                  rescue_interval: float = 5.0, fail_unknown_tasks: bool = False, adaptive_limit: bool = True,
                  batch_policy: BatchPolicy | None = None, metrics_interval: float = 15.0,
