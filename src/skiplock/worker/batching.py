@@ -47,10 +47,9 @@ if TYPE_CHECKING:
 # ids PostgreSQL caches per transaction even when every handler writes (one savepoint each).
 DEFAULT_BATCH_SIZE = 32
 # Seconds after which a batch starts no further job; a quarter of it decides which tasks are fast
-# (FAST_SHARE). 0.05 s until session 30: with running workers (`python -m bench --only sweep`, 1 x 16)
-# 0.1 s drained 1.14 / 1.05 / 1.15 / 1.19 x as many 0 ms / 1 ms / writing / nested-writing jobs, and in
-# five more alternating rounds 1.06 x (1 ms) and 1.19 x (writing: 1.11-1.46 each round), with no worse
-# pickup at half the capacity (docs/benchmarks.md, "Session 30").
+# (FAST_SHARE). 0.05 s until session 30: in three runs with running workers (`python -m bench --only
+# sweep`, 1 x 16) 0.1 s drained jobs that write through job.conn 1.04-1.22 x as fast, 0 and 1 ms jobs
+# within noise (0.90-1.14), and pickup at half the capacity was no worse (docs/benchmarks.md, "Session 30").
 DEFAULT_BATCH_BUDGET = 0.1
 # While other slots are idle, a claim takes no more jobs than start within this many seconds of it
 # (BatchPolicy.share).
