@@ -86,7 +86,7 @@ def cell(ctx: Context, ms: int, n: int, processes: int, slots: int, writing: str
     instead (``write`` or ``write_nested``, bench/tasks.py: one row inserted each).
 
     ``warm`` (the default): the workers start first, on an empty queue, and once every process has
-    counted the others (``_settled``) all ``n`` jobs arrive in one transaction -- so the drain
+    counted the others (``common.wait_for_workers``) all ``n`` jobs arrive in one transaction -- so the drain
     measures running workers, not their start. Otherwise (cold) the queue is prefilled and the
     workers start on it: on 2 cores, 8 processes' start-ups (imports, sessions) spread over ~2 s
     and overlap most of a 10,000-job drain. Buffer accesses per job leave out the enqueue's own."""
