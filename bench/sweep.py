@@ -95,6 +95,8 @@ def cell(ctx: Context, ms: int, n: int, processes: int, slots: int, writing: str
     with fresh_db(ctx.server, f"sweep_{writing}{ms}ms_{processes}x{slots}") as dsn:
         app = make_app(dsn)
         enqueue_buffers = 0.0
+        worker_cpu: float | None = None  # µs per job, warm cells only
+        server_cpu_per_job: float | None = None
         try:
             with psycopg.connect(dsn, autocommit=True) as c:
                 if writing:
@@ -112,8 +114,14 @@ def cell(ctx: Context, ms: int, n: int, processes: int, slots: int, writing: str
                     wait_for_workers(dsn, processes)
                 mx0, buf0, sub0 = _counters(dsn)
                 if warm:
+                    server_cpu = ctx.cpu()
+                    cpu0, server0 = sum(w.cpu_now() for w in workers), server_cpu.total()
                     enqueue_buffers = _enqueue(app, dsn, job, n)
                     _wait_done(dsn, n, workers, timeout=max(300.0, n / 20))
+                    cpu1, server1 = sum(w.cpu_now() for w in workers), server_cpu.total()
+                    worker_cpu = (cpu1 - cpu0) / n * 1e6
+                    if server0 is not None and server1 is not None:
+                        server_cpu_per_job = (server1 - server0) / n * 1e6
                     finished = stop_all(workers)
                 else:
                     finished = [w.wait(timeout=max(300.0, n / 20)) for w in workers]
@@ -139,7 +147,8 @@ def cell(ctx: Context, ms: int, n: int, processes: int, slots: int, writing: str
     return {"ms": ms, "writing": writing, "jobs": n, "processes": processes, "slots_per_process": slots,
             "start": mode, "throughput": checked["throughput"], "span_s": checked["span_s"],
             "multixact_reads_per_job": (mx1 - mx0) / n, "jobs_buffers_per_job": (buf1 - buf0 - enqueue_buffers) / n,
-            "enqueue_buffers_per_job": enqueue_buffers / n, "subtrans_reads_per_job": (sub1 - sub0) / n}
+            "enqueue_buffers_per_job": enqueue_buffers / n, "subtrans_reads_per_job": (sub1 - sub0) / n,
+            "worker_cpu_us_per_job": worker_cpu, "server_cpu_us_per_job": server_cpu_per_job}
 
 
 def _enqueue(app: Any, dsn: str, job: tuple[str, dict[str, Any]], n: int) -> float:

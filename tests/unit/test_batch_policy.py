@@ -11,6 +11,8 @@ import pytest
 
 from skiplock.worker.batching import FLOW_TURNS, RUNS_KEPT, BatchPolicy, Turns
 
+from support import wait_for
+
 
 def task(name: str = "t") -> Any:
     return SimpleNamespace(name=name, lease="transaction", timeout=None)
@@ -140,6 +142,39 @@ def test_a_lower_limit_lets_no_new_holder_in_until_enough_turns_are_given_back()
     turns.release()
     with pytest.raises(ValueError):
         turns.release()
+
+
+def test_a_turn_given_back_goes_to_the_waiter_that_gave_one_back_last():
+    """Last in, first out: the slot whose turn ended most recently gets the next one (its thread and
+    its session are the warm ones), not the slot that waited longest; none is lost to a wait that
+    times out."""
+    turns = Turns(1)
+    for key in ("a", "b"):  # "b" gave its turn back after "a"
+        assert turns.acquire(0, key=key)
+        turns.release(key)
+    assert turns.acquire(0, key="m")
+    got: list[str] = []
+
+    def wait(key):
+        if turns.acquire(5, key=key):
+            got.append(key)
+
+    first = threading.Thread(target=wait, args=("a",))
+    first.start()
+    wait_for(lambda: len(turns._waiters) == 1)
+    second = threading.Thread(target=wait, args=("b",))
+    second.start()
+    wait_for(lambda: len(turns._waiters) == 2)
+    turns.release("m")  # "a" waited longer; "b" gave one back more recently
+    second.join(5)
+    assert got == ["b"] and turns.held == 1
+    turns.release("b")
+    first.join(5)
+    assert got == ["b", "a"] and turns.held == 1
+    assert not turns.acquire(0.01, key="x")  # held by "a": the wait times out, and leaves no waiter
+    assert not turns._waiters
+    turns.release("a")
+    assert turns.held == 0
 
 
 def test_a_stuck_turn_of_one_kind_does_not_stop_claims_of_the_other():
