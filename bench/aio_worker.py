@@ -103,8 +103,9 @@ def measure(dsn: str, queue: str, jobs: int = JOBS) -> dict[str, Any]:
         def sample() -> None:
             nonlocal peak
             while not stop.is_set():
-                n = mon.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                                "AND pid <> pg_backend_pid() AND backend_type = 'client backend'").fetchone()[0]
+                row = mon.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                  "AND pid <> pg_backend_pid() AND backend_type = 'client backend'").fetchone()
+                n = row[0] if row else 0
                 peak = max(peak, n)
                 time.sleep(0.02)
 

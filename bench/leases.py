@@ -67,7 +67,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO_ROOT / "bench" / "results" / "leases.json"
@@ -339,7 +339,7 @@ def connections_once(admin_dsn: str, z: Sizes, mode: str, log: Any) -> dict[str,
         raise RuntimeError(f"connections/{mode}: never saw all {z.slow_jobs} jobs in flight ({len(samples)} samples)")
     keys = ("lease_sessions", "lease_open_xacts", "lease_idle_in_xact", "lease_active", "lease_xids",
             "skiplock_sessions", "open_xacts", "xids", "xmins")
-    summary = {k: median([float(s[k]) for s in full]) for k in keys}
+    summary = {k: statistics.median([float(s[k]) for s in full]) for k in keys}  # (full is not empty)
     ranges = {k: [min(s[k] for s in full), max(s[k] for s in full)] for k in keys}
     kinds: dict[str, list[int]] = {}
     for s in full:
@@ -549,7 +549,7 @@ class ClaimProbe:
         import skiplock
 
         self.app = skiplock.App(dsn)
-        self.backend = self.app.backend
+        self.backend: Any = cast(Any, self.app.backend)  # the PostgreSQL backend's own methods (its connections, its queries)
         self.conn = self.backend.connect_lease_connection(PROBE_APP)
 
     def measure(self, k: int) -> dict[str, float]:
