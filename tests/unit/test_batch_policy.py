@@ -177,6 +177,25 @@ def test_a_turn_given_back_goes_to_the_waiter_that_gave_one_back_last():
     assert turns.held == 0
 
 
+def test_a_raised_limit_hands_turns_to_the_waiting_slots_at_once():
+    turns = Turns(1)
+    assert turns.acquire(0, key="holder")
+    got: list[str] = []
+    threads = [threading.Thread(target=lambda k=k: got.append(k) if turns.acquire(5, key=k) else None)
+               for k in ("a", "b")]
+    for t in threads:
+        t.start()
+    wait_for(lambda: len(turns._waiters) == 2)
+    turns.resize(3)  # (live_processes: fewer processes, more turns each)
+    for t in threads:
+        t.join(5)
+    assert sorted(got) == ["a", "b"] and turns.held == 3 and not turns._waiters
+    turns.resize(1)
+    for key in ("holder", "a"):
+        turns.release(key)  # above the limit: nobody waits, the count just falls
+    assert turns.held == 1 and not turns.acquire(0.01, key="c")
+
+
 def test_a_stuck_turn_of_one_kind_does_not_stop_claims_of_the_other():
     policy = BatchPolicy(batch_slots=1, flow_batch_slots=1, batch_budget=0.01)  # stuck after 1 s
     stopping = threading.Event()
