@@ -53,18 +53,24 @@ def git(*args: str) -> str:
     return proc.stdout.strip()
 
 
-def use_revision(rev: str) -> dict[str, Any]:
-    """Export src/ of ``rev`` and put it first on the import path of this process and of every worker."""
+def export_revision(rev: str) -> tuple[dict[str, Any], str]:
+    """Export src/ of ``rev`` (``git archive``) into a new temporary directory: (what it is, the path
+    of its src/ -- for a worker's ``PYTHONPATH``)."""
     commit = git("rev-parse", "--verify", f"{rev}^{{commit}}")
     target = Path(tempfile.mkdtemp(prefix=f"skiplock-bench-{commit[:8]}-"))
     archive = subprocess.run(["git", "archive", "--format=tar", commit, "src"], cwd=REPO_ROOT, capture_output=True,
                              check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
-    src = str(target / "src")
+    return ({"commit": commit, "describe": git("describe", "--always", commit), "source": f"git archive {rev}",
+             "src_modified_files": [], "export_dir": str(target)}, str(target / "src"))
+
+
+def use_revision(rev: str) -> dict[str, Any]:
+    """Export src/ of ``rev`` and put it first on the import path of this process and of every worker."""
+    info, src = export_revision(rev)
     sys.path.insert(0, src)
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [src, os.environ.get("PYTHONPATH", "")] if p)
-    return {"commit": commit, "describe": git("describe", "--always", commit), "source": f"git archive {rev}",
-            "src_modified_files": [], "export_dir": str(target)}
+    return info
 
 
 
