@@ -32,7 +32,11 @@ from typing import Any, Callable
 from .common import FULL, Context, export_revision, start_embedded
 
 
-def _drain_cell(spec: str) -> tuple[str, Callable[[Context], dict[str, Any]]]:
+# A cell: its name, how to run it once, and the figures whose ratios the summary gives.
+Cell = tuple[str, Callable[[Context], dict[str, Any]], tuple[str, ...]]
+
+
+def _drain_cell(spec: str) -> Cell:
     from . import sweep
 
     try:
@@ -46,10 +50,10 @@ def _drain_cell(spec: str) -> tuple[str, Callable[[Context], dict[str, Any]]]:
         c = sweep.cell(ctx, *args)
         return {"throughput": c["throughput"], "worker_cpu_us_per_job": c["worker_cpu_us_per_job"],
                 "server_cpu_us_per_job": c["server_cpu_us_per_job"], "jobs_buffers_per_job": c["jobs_buffers_per_job"]}
-    return f"drain {args[0]} ms {args[2]}x{args[3]} ({args[1]} jobs)", run
+    return f"drain {args[0]} ms {args[2]}x{args[3]} ({args[1]} jobs)", run, ("throughput", "server_cpu_us_per_job")
 
 
-def _load_cell(spec: str, seconds: float) -> tuple[str, Callable[[Context], dict[str, Any]]]:
+def _load_cell(spec: str, seconds: float) -> Cell:
     from . import load
 
     try:
@@ -65,7 +69,7 @@ def _load_cell(spec: str, seconds: float) -> tuple[str, Callable[[Context], dict
         return {"p50_ms": lat.get("p50"), "p99_ms": lat.get("p99"), "max_ms": lat.get("max"),
                 "insert_to_claim_p99_ms": i2c.get("p99"), "claim_to_handler_p99_ms": c2h.get("p99"),
                 "offered_in_window": r["offered_in_window"]}
-    return f"load {processes}x{slots} at {rate:g} jobs/s", run
+    return f"load {processes}x{slots} at {rate:g} jobs/s", run, ("p99_ms",)
 
 
 def _ratios(values: dict[str, list[Any]], first: str, key: str) -> dict[str, Any]:
@@ -107,10 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     server = start_embedded(None, 1200)
     ctx = Context(server=server, sizes=FULL, drain_concurrency=[8], latency_concurrency=8,
                   log=lambda *a: None)
-    results: dict[str, dict[str, list[dict[str, Any]]]] = {name: {label: [] for label in revisions} for name, _ in cells}
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {name: {label: [] for label in revisions} for name, _, _ in cells}
     try:
         for round_ in range(args.rounds):
-            for name, run in cells:
+            for name, run, _ in cells:
                 for label, src in sources.items():
                     os.environ["PYTHONPATH"] = os.pathsep.join(x for x in [src, base_path] if x)
                     figures = run(ctx)
@@ -124,12 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         for info in revisions.values():
             shutil.rmtree(info["export_dir"], ignore_errors=True)
     first = next(iter(revisions))
-    summary: dict[str, Any] = {}
-    for name, values in results.items():
-        key = "throughput" if name.startswith("drain") else "p99_ms"
-        summary[name] = {key: _ratios(values, first, key)}
-        if name.startswith("drain"):
-            summary[name]["server_cpu_us_per_job"] = _ratios(values, first, "server_cpu_us_per_job")
+    summary = {name: {key: _ratios(results[name], first, key) for key in keys} for name, _, keys in cells}
     report = {"revisions": revisions, "rounds": args.rounds, "reference": first, "runs": results, "ratios": summary}
     text = json.dumps(report, indent=1)
     print(text)
