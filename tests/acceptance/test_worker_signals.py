@@ -74,7 +74,12 @@ def test_second_signal_aborts_and_the_job_is_redone_exactly_once(dsn, effects, p
     again = spawn.worker(dsn, concurrency=1, stop_when_empty=True)
     assert again.wait(timeout=60) == 0, again.output()
     job = job_row(db, job_id)
-    assert job["state"] == "done", job
+    # (failed once in CI, job queued and the second worker gone with exit 0, not reproduced in 15 runs:
+    # all a failure knows is printed)
+    assert job["state"] == "done", (
+        f"{job}\nattempts: {db.execute('SELECT * FROM skiplock.job_attempts').fetchall()}\n"
+        f"batches: {db.execute('SELECT * FROM skiplock.job_batches').fetchall()}\nnow: "
+        f"{scalar(db, 'SELECT now()')}\nfirst worker:\n{log}\nsecond worker:\n{again.output()}")
     assert job["attempts"] == 2
     assert effects_of(db, job_id) == [(2, again.pid)]  # exactly once, by the fresh worker
 

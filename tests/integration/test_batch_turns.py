@@ -43,6 +43,7 @@ def test_near_instant_batches_are_claimed_by_the_few_slots_that_take_turns(app, 
     # one slot claims while another commits (its turn given back before the COMMIT); a third joins
     # while a COMMIT takes longer than a batch. Round every slot (first come, first served), each of the
     # 16 took about a sixteenth of the batches.
-    # (measured: the four busiest took all 100; first come, first served, 29-34 of them)
+    # (measured: the four busiest took all 100 alone; 68 of 100 with two more test processes on the
+    # machine, its COMMITs slower; first come, first served, 29-34 of them)
     busiest = sum(n for _, n in Counter(claimers).most_common(4))
-    assert busiest >= 0.75 * len(claimers), Counter(claimers).most_common()
+    assert busiest >= 0.5 * len(claimers), Counter(claimers).most_common()

@@ -177,6 +177,38 @@ def test_jobs_not_started_within_the_budget_are_released_and_run_later(app, db):
     assert running.most == 1
 
 
+def test_a_batch_begun_with_no_slot_idle_hands_the_jobs_left_to_a_slot_that_goes_idle(app, db):
+    """A batch that found no slot idle when it began runs its jobs one after another on its slot --
+    until a slot goes idle: the jobs it has not started then run side by side, the idle slot taking
+    them, still in the claim's one transaction. No ready job waits behind its batch-mates while a
+    slot sits idle."""
+    running = Running()
+    release = threading.Event()
+
+    @app.task(name="hold")
+    def hold(job):
+        release.wait(30)
+
+    nap_task(app, running, 0.2)
+    worker, thread = start_worker(app, 2, WholeBatches(8, batch_budget=30, side_by_side=True))
+    try:
+        held = app.enqueue("hold")
+        wait_for(lambda: len(worker._busy) == 1 and len(worker._sleepers) == 1, what="one slot busy with the hold job")
+        ids = app.enqueue_many([("nap", {})] * 8)  # the other slot claims all eight: no slot idle to hand them to
+        wait_for(lambda: len(running.runs) >= 2, what="the batch's second job running")
+        release.set()  # the hold job's slot finishes, finds nothing to claim (the batch holds it all) and sleeps
+        wait_for(lambda: all_done(db, [held, *ids]), what="every job done")
+    finally:
+        release.set()
+        stop(worker, thread)
+    assert batches_of(db, ids) == [ids]  # one claim, one COMMIT
+    threads = [running.runs[i]["thread"] for i in ids]
+    assert threads[0] == threads[1], threads  # begun one after another on the claiming slot
+    assert len(set(threads)) == 2, threads  # then the slot that went idle took some of the jobs left
+    assert running.most == 2
+    assert worker._helping == 0 and worker._lent == 0
+
+
 @pytest.mark.parametrize("cap, most", [(8, 8), (4, 4), (1, 1)])
 def test_slots_the_lease_limit_holds_back_run_batch_mates_in_place_of_the_leases_it_cut(app, db, cap, most):
     """A slot that finds every governor permit taken (worker/governor.py) waits where a batch can hand

@@ -200,12 +200,14 @@ class Claimer:
         finally:
             self._took[index] = time.monotonic() - started
 
-    def _take_turn(self, size: ClaimSize, index: int, flow: bool = False) -> tuple[int, bool]:
+    def _take_turn(self, size: ClaimSize, index: int, flow: bool = False, side: bool = False) -> tuple[int, bool]:
         """How many jobs this claim may take, and whether it holds a batch turn (see ``batch_slots``;
-        a ``flow`` claim's are ``flow_batch_slots``); (0, False): the worker is stopping."""
+        a ``flow`` claim's are ``flow_batch_slots``); (0, False): the worker is stopping. A batch
+        that runs ``side`` by side takes no turn (turns are for batches of near-instant jobs run one
+        after another; a slot waiting for one is not idle, and could not take batch-mates handed out)."""
         limit = self.w.batching.share(size, self.w.idle_slots)
         self.limits[index] = limit
-        turn = limit > 1 and size.instant
+        turn = limit > 1 and size.instant and not side
         if turn:
             turn = self.w.batching.take_turn(index, self.w._stopping, flow)
             if not turn:
@@ -227,7 +229,7 @@ class Claimer:
             limit, turn = size.value, False
             self.limits[index] = limit
         else:  # (no slot idle: sized as before; its jobs go to the slots that go idle meanwhile)
-            limit, turn = self._take_turn(size, index)
+            limit, turn = self._take_turn(size, index, side=side)
             if limit == 0:
                 return [], False
         backend, tasks, view = self.w.app.backend, self.w._claim_tasks, self.w.queue_view

@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Callable, cast
 
@@ -52,7 +53,7 @@ from .completer import CancelledWhileRunning, Completer
 from .failures import (MAX_ERROR_CHARS, ResultNotStorable, decide_failure, format_error)  # noqa: F401 - public here too
 from .gate import RunAlone, RunGate  # noqa: F401 - RunAlone: public here too
 from .handler import Handlers, JobTimeout, LeaseTimeout, make_job  # noqa: F401 - public here too
-from .side_by_side import Hand, SideBySide, no_work
+from .side_by_side import Hand, Ran, SideBySide, no_work
 
 if TYPE_CHECKING:
     from ..app import App, Task
@@ -61,6 +62,17 @@ if TYPE_CHECKING:
     from .watchdog import Watchdog
 
 log = logging.getLogger("skiplock.worker")
+
+
+@dataclass
+class Later:
+    """A batch run one after another because no slot was idle when it began (``Executor._run_jobs``):
+    its tasks (``tasks[i]`` is the batch's i-th job's), the worker's ``hand`` for it, and its trace
+    contexts (tracing on)."""
+
+    tasks: "list[Task]"
+    hand: Hand
+    carriers: "dict[int, dict[str, str]] | None"
 
 
 class Executor:
@@ -216,25 +228,39 @@ class Executor:
         """The jobs of batch ``batch_id`` side by side (side_by_side.py), then its COMMIT: each
         outcome as ``_run_jobs`` writes it; a lease ended meanwhile reports only the outcomes
         written from a fresh transaction after it was gone (the rest run again). With no slot idle
-        when it starts, ``_run_jobs`` runs it. With tracing on, the batch's trace contexts are read
+        when it starts, ``_run_jobs`` runs it one after another until a slot goes idle, and the jobs
+        left then side by side (``Later``). With tracing on, the batch's trace contexts are read
         here, once, before any of its jobs starts."""
         handlers = self.handlers
         carriers = handlers.batch_trace_contexts(lease, batch)
         handlers.use_trace_contexts(carriers)
         try:
             side = self.side.run(self, lease, batch, tasks, slot, time.monotonic() + budget, stopping, hand, carriers)
-            if side is None:  # no slot idle: one after another
-                return self._run_jobs(lease, batch, slot, budget, stopping, batch_id, set(), {}, before_commit)
+            if side is None:  # no slot idle: one after another, until one goes idle
+                return self._run_jobs(lease, batch, slot, budget, stopping, batch_id, set(), {}, before_commit,
+                                      later=Later(tasks, hand, carriers))
         finally:
             handlers.use_trace_contexts(None)
-        rans, handler_seconds = side
+        rans, longest = side
+        return self._side_by_side_ran(lease, batch_id, rans, longest, [], [], [], slot, before_commit)
+
+    def _side_by_side_ran(self, lease: "Lease", batch_id: int, rans: "list[Ran]", longest: float,
+                          outcomes: list[Outcome], reported: list[ClaimedJob],
+                          done: list[tuple[ClaimedJob, int, str | None]], slot: str,
+                          before_commit: Callable[[], None] | None, before: tuple[float, float] = (0.0, 0.0)) -> BatchRun:
+        """The end of batch ``batch_id`` once its jobs ``rans`` ran side by side (``longest``: the
+        most handler time a slot they were handed to spent), then its COMMIT. ``outcomes``,
+        ``reported``, ``done`` and ``before`` (wall seconds, this thread's handler seconds): those of
+        the batch's jobs that ran one after another before them (``_run_jobs`` with ``Later``), in
+        the same transaction."""
+        wall, own = before
+        # the batch's handler time as its lease saw it: the part one after another, then the busiest
+        # thread's (they ran at once)
+        handler_seconds = own + max(self.handlers.seconds - own, longest)
         if not lease.alive():  # the lease was ended: only the outcomes written after that are durable
             gone = [r for r in rans if r.written and r.lease_gone and r.outcome is not None]
             return BatchRun([r.outcome for r in gone if r.outcome is not None], jobs=[r.claimed for r in gone],
                             handler_seconds=handler_seconds, side_by_side=True)
-        outcomes: list[Outcome] = []
-        reported: list[ClaimedJob] = []
-        done: list[tuple[ClaimedJob, int, str | None]] = []
         out_of_time = False
         for r in rans:
             if r.outcome is None:  # not started: released at the COMMIT
@@ -246,17 +272,23 @@ class Executor:
                 done.append((r.claimed, r.attempt, cast(Done, r.outcome).result))
         ran = len(outcomes) + len(done)
         # the handlers' mean time: what the batch's jobs cost one after another (ClaimSize.instant)
-        seconds_per_job = sum(r.took for r in rans) / ran if ran else None
-        self._commit_batch(lease, batch_id, outcomes, reported, done, batch[0].claimed_at, slot, before_commit)
+        seconds_per_job = (wall + sum(r.took for r in rans)) / ran if ran else None
+        started_at = rans[0].claimed.claimed_at  # (the claim's: every job of a batch has it)
+        self._commit_batch(lease, batch_id, outcomes, reported, done, started_at, slot, before_commit)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("slot %s: batch %s of %d job(s) side by side committed", slot, batch_id, len(batch))
+            log.debug("slot %s: batch %s side by side committed: %d job(s) finished, the last %d side by side",
+                      slot, batch_id, len(outcomes), len(rans))
         return BatchRun(outcomes, out_of_time, seconds_per_job, handler_seconds=handler_seconds, jobs=reported,
                         side_by_side=True)
 
     def _run_jobs(self, lease: "Lease", batch: list[ClaimedJob], slot: str, budget: float,
                   stopping: threading.Event, batch_id: int, suspects: "set[int]",
-                  cancels: "dict[int, str]", before_commit: Callable[[], None] | None = None) -> BatchRun:
-        """The jobs of batch ``batch_id`` (``_run_many``), in order, then its COMMIT."""
+                  cancels: "dict[int, str]", before_commit: Callable[[], None] | None = None,
+                  later: "Later | None" = None) -> BatchRun:
+        """The jobs of batch ``batch_id`` (``_run_many``), in order, then its COMMIT. ``later``: a
+        batch that would have run side by side but found no slot idle when it began: before each of
+        its jobs, if a slot has gone idle since (``Hand.idle``), the jobs left run side by side
+        (side_by_side.py) -- no job waits behind its batch-mates while a slot sits idle."""
         started_at = batch[0].claimed_at
         outcomes: list[Outcome] = []
         reported: list[ClaimedJob] = []  # outcomes[i] is reported[i]'s
@@ -272,6 +304,12 @@ class Executor:
             if i and (time.monotonic() > deadline or stopping.is_set()):
                 out_of_time = True
                 break
+            if later is not None and i and later.hand.idle():
+                side = self.side.run(self, lease, batch[i:], later.tasks[i:], slot, deadline, stopping, later.hand,
+                                     later.carriers)
+                if side is not None:
+                    return self._side_by_side_ran(lease, batch_id, *side, outcomes, reported, done, slot, before_commit,
+                                                  before=(time.perf_counter() - began, self.handlers.seconds))
             task = self.app.tasks.get(claimed.task)
             attempt = claimed.attempts + 1
             if task is None or self._single_path(claimed, suspects, cancels):

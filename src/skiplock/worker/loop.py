@@ -67,6 +67,27 @@ class Sleeper(threading.Event):
     then_claim = False  # after ``work``: claim instead of sleeping on (see Worker.hand)
 
 
+class BatchHand:
+    """``Worker.hand`` for one batch (side_by_side.Hand, made by ``Worker.batch_hand``): after its first
+    hand-out, the ``wakes`` wake-ups it owes (its claim came back full: more jobs may wait), so those
+    go to the slots its jobs left idle."""
+
+    __slots__ = ("worker", "pending", "then_claim")
+
+    def __init__(self, worker: "Worker", wakes: int):
+        self.worker, self.pending, self.then_claim = worker, wakes, wakes > 0
+
+    def __call__(self, most: int, work_for: "Callable[[int], Callable[[], None]]") -> int:
+        n = self.worker.hand(most, work_for, then_claim=self.then_claim)
+        if self.pending:
+            self.worker.wake(every=False, slots=self.pending)
+            self.pending = 0
+        return n
+
+    def idle(self) -> bool:
+        return self.worker.any_idle()
+
+
 class Worker:
     """Claims and runs jobs. Create it with :meth:`App.worker`.
 
@@ -234,18 +255,15 @@ class Worker:
                 sleeper.set()
         return n
 
-    def _hand_then_wake(self, slots: int) -> "Callable[[int, Callable[[int], Callable[[], None]]], int]":
-        """``hand`` for one batch: after its first hand-out, ``slots`` wake-ups (of the claim that came
-        back full: more jobs may wait), so those go to the slots its jobs left idle."""
-        pending = [slots]
+    def batch_hand(self, wakes: int) -> "BatchHand":
+        """``hand`` for one batch (side_by_side.Hand): after its first hand-out, ``wakes`` wake-ups (of
+        the claim that came back full: more jobs may wait), so those go to the slots its jobs left idle."""
+        return BatchHand(self, wakes)
 
-        def hand(most: int, work_for: "Callable[[int], Callable[[], None]]") -> int:
-            n = self.hand(most, work_for, then_claim=slots > 0)
-            if pending[0]:
-                self.wake(every=False, slots=pending[0])
-                pending[0] = 0
-            return n
-        return hand
+    def any_idle(self) -> bool:
+        """Some slot could be handed a batch's jobs now: one sleeps for want of work, or a parked one
+        may be handed them (``_handable``). A hint read without the lock, as ``hand``'s first test."""
+        return bool(self._sleepers) or (bool(self._parked) and self._handable() > 0)
 
     @property
     def _sleeping(self) -> int:
@@ -680,7 +698,7 @@ class Worker:
                                         more = 1  # a share (BatchPolicy.share) came back full: one more slot looks
                                     hand = None
                                     if self.claimer.side.get(index):  # side by side: idle slots are
-                                        hand = self._hand_then_wake(more)  # its jobs' first, then wake-ups
+                                        hand = self.batch_hand(more)  # its jobs' first, then wake-ups
                                     elif more:
                                         self.wake(every=False, slots=more)
                                     self._busy.add(index)

@@ -8,11 +8,14 @@ take a while (``BatchPolicy.runs_side_by_side``: the slot's last batch was not n
 queue: the claiming slot and every idle slot it is handed to (``Worker.hand``) take the next job not
 yet started, one at a time, until none is left, and before each job each of them hands the queue on
 to the slots idle by then. A batch that finds no slot idle when it starts runs one after another on
-its slot, as before: a drain's batches almost never find one, and there the queue's own bookkeeping
-was slower in most alternating pairs (docs/benchmarks.md, "Session 25"). While some slot is idle
-such a claim takes the whole claim size (``plan``; no job waits behind a batch-mate while a slot is
-free); with none idle it is sized as before (``BatchPolicy.share``). Either way: one claim and one
-COMMIT for the batch.
+its slot, without the queue's bookkeeping (a drain's batches almost never find one, and there it was
+slower in most alternating pairs: docs/benchmarks.md, "Session 25") -- until a slot goes idle:
+before each of its jobs it looks (``Hand.idle``, a read without a lock), and the jobs left then run
+as such a queue, so no ready job waits behind its batch-mates while a slot sits idle (before, the
+batch kept them all: jobs 21 and later of a claim started 46-54 ms (p90) after it, "Session 31").
+While some slot is idle such a claim takes the whole claim size (``plan``; no job waits behind a
+batch-mate while a slot is free); with none idle it is sized as before (``BatchPolicy.share``).
+Either way: one claim and one COMMIT for the batch.
 
 Guarantees (the executor's are unchanged):
 
@@ -49,7 +52,7 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from ..job import Done, Outcome
 
@@ -75,8 +78,15 @@ class Ran:
     took: float = 0.0  # handler seconds
 
 
-# hand(n, work_for): hands work_for(0), work_for(1), ... to up to n idle slots; returns how many
-Hand = Callable[[int, Callable[[int], Callable[[], None]]], int]
+class Hand(Protocol):
+    """The worker's hand-out for one batch (``Worker.batch_hand``)."""
+
+    def __call__(self, most: int, work_for: Callable[[int], Callable[[], None]]) -> int:
+        """Hands ``work_for(0)``, ``work_for(1)``, ... to up to ``most`` idle slots; returns how many."""
+
+    def idle(self) -> bool:
+        """Some slot could be handed work now (a hint, read without a lock: a hand-out may still find
+        none)."""
 
 
 def no_work(k: int) -> Callable[[], None]:
@@ -94,11 +104,13 @@ class SideBySide:
         thread and every idle slot it is handed to (``hand``: the worker's; it returns how many it
         could hand) take the next job not yet started, one at a time, until none is left; before each
         job it takes, each of them hands the queue to the slots idle by then, so a slot that goes
-        idle while jobs wait takes one. Returns every job's ``Ran``, in batch order, and the handler
-        time of the thread that spent the most in handlers, once every slot it was handed to is
-        back; an exception one of them raised is raised then (the others take no further job after
-        it). None, having run nothing: no slot was idle to take a job when it began (the caller then
-        runs the batch one after another, without the queue's bookkeeping: see the module docstring).
+        idle while jobs wait takes one. Returns every job's ``Ran``, in batch order, and the most
+        handler time one of the slots it was handed to spent (this thread's own is in its
+        ``handlers.seconds``), once every slot it was handed to is back; an exception one of them
+        raised is raised then (the others take no further job after it). None, having run nothing: no
+        slot was idle to take a job when it began (the caller then runs the batch one after another,
+        without the queue's bookkeeping, and calls this again for the jobs left once ``hand.idle()``
+        says a slot went idle: see the module docstring).
         ``carriers``: the batch's trace contexts (tracing on; this thread's are the caller's to set)."""
         lock = threading.Lock()  # the batch's connection: see _one
         started_at = batch[0].claimed_at
@@ -157,8 +169,7 @@ class SideBySide:
                 pass
             raise
         longest = self._join(helpers, handlers, results)
-        # the batch's handler time as its lease saw it: the busiest thread's (they ran at once)
-        return [r for r in results if r is not None], max(handlers.seconds, longest)
+        return [r for r in results if r is not None], longest
 
     @staticmethod
     def _join(helpers: "list[Future[list[int]]]", handlers: "Handlers",
