@@ -84,7 +84,7 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
     from ..observability.logs import configure_logging
 
     configure_logging(log_level)  # text or --log-format json (observability/logs.py)
-    dump_stacks_on(signal.SIGUSR1)  # text or --log-format json (observability/logs.py)
+    dump_stacks_on(signal.SIGUSR1)  # every thread's stack to stderr, and on
     app = obj.app(app_spec)
     queue_list = [q for q in queues.split(",")] if queues else None
     if queue_list is not None and not all(queue_list):
@@ -126,12 +126,33 @@ def worker(obj: Context, app_spec: str, queues: str | None, concurrency: int, po
 
 def dump_stacks_on(signum: int) -> None:
     """On ``signum``, the stack of every thread goes to stderr (the worker's log) and the worker goes on:
-    what a stuck worker is waiting for, without a debugger. Only this user (or root) can send it."""
-    import faulthandler
+    what a stuck worker is waiting for, without a debugger. Only this user (or root) can send it.
+
+    A Python signal handler, run by the main thread (it joins the slots' threads a tenth of a second
+    at a time) with the interpreter's lock held: every thread's frames are read while none of them
+    moves (``sys._current_frames``). Not ``faulthandler``'s dump, which walks the other threads'
+    frames from the signal handler while they run: in a test run one dump of a busy worker stopped
+    part-way, and no later SIGUSR1 wrote anything."""
+    import threading
+    import traceback
+
+    def dump(_signum: int, _frame: Any) -> None:
+        names = {t.ident: t.name for t in threading.enumerate()}
+        out: list[str] = []
+        for ident, frame in sys._current_frames().items():
+            out.append(f"Thread 0x{ident:016x} {names.get(ident, '?')!r} (most recent call first):\n")
+            for entry in reversed(traceback.extract_stack(frame)):
+                out.append(f'  File "{entry.filename}", line {entry.lineno} in {entry.name}\n')
+            out.append("\n")
+        try:
+            sys.stderr.write("".join(out))
+            sys.stderr.flush()
+        except (OSError, ValueError):  # stderr closed: nothing to write to
+            pass
 
     try:
-        faulthandler.register(signum, file=sys.stderr, all_threads=True, chain=False)
-    except (AttributeError, OSError, ValueError):  # stderr is not a file (embedded use): no dump
+        signal.signal(signum, dump)
+    except (OSError, ValueError):  # not the main thread (embedded use): no dump
         pass
 
 
