@@ -80,6 +80,16 @@ def nap_task(app, running: Running, seconds: float) -> None:
         running.leave(job.id)
 
 
+def hold_task(app) -> threading.Event:
+    """Registers ``hold``: a task that waits (at most 30 s) until the event returned is set."""
+    release = threading.Event()
+
+    @app.task(name="hold")
+    def hold(job):
+        release.wait(30)
+    return release
+
+
 def naps(app, db, running: Running, seconds: float, jobs: int, concurrency: int) -> list[int]:
     """``jobs`` jobs of a task that naps ``seconds`` (recorded in ``running``), run by a worker of
     ``concurrency`` slots whose claims take 8 jobs side by side; their ids once all are done."""
@@ -183,12 +193,7 @@ def test_a_batch_begun_with_no_slot_idle_hands_the_jobs_left_to_a_slot_that_goes
     them, still in the claim's one transaction. No ready job waits behind its batch-mates while a
     slot sits idle."""
     running = Running()
-    release = threading.Event()
-
-    @app.task(name="hold")
-    def hold(job):
-        release.wait(30)
-
+    release = hold_task(app)
     nap_task(app, running, 0.2)
     worker, thread = start_worker(app, 2, WholeBatches(8, batch_budget=30, side_by_side=True))
     try:
@@ -217,12 +222,7 @@ def test_slots_the_lease_limit_holds_back_run_batch_mates_in_place_of_the_leases
     limit): one lease allowed out of a cap of 8 and a batch of eight still starts all eight at once;
     with a cap of 4, four; with no cut (a worker at its share, the rest parked), one after another."""
     running = Running()
-    release_hold = threading.Event()
-
-    @app.task(name="hold")
-    def hold(job):
-        release_hold.wait(30)
-
+    release_hold = hold_task(app)
     nap_task(app, running, 0.5)
     worker = app.worker(concurrency=8, handle_signals=False, maintenance=False, poll_interval=5.0,
                         batch_policy=WholeBatches(8, batch_budget=30, side_by_side=True), adaptive_limit=False)
