@@ -305,11 +305,12 @@ class Executor:
                 out_of_time = True
                 break
             if later is not None and i and later.hand.idle():
+                before = (time.perf_counter() - began, self.handlers.seconds)  # the jobs one after another
                 side = self.side.run(self, lease, batch[i:], later.tasks[i:], slot, deadline, stopping, later.hand,
                                      later.carriers)
                 if side is not None:
                     return self._side_by_side_ran(lease, batch_id, *side, outcomes, reported, done, slot, before_commit,
-                                                  before=(time.perf_counter() - began, self.handlers.seconds))
+                                                  before=before)
             task = self.app.tasks.get(claimed.task)
             attempt = claimed.attempts + 1
             if task is None or self._single_path(claimed, suspects, cancels):
