@@ -147,8 +147,8 @@ def dump_stacks_on(signum: int) -> None:
         try:
             sys.stderr.write("".join(out))
             sys.stderr.flush()
-        except (OSError, ValueError):  # stderr closed: nothing to write to
-            pass
+        except (OSError, ValueError, RuntimeError):  # stderr closed, or the main thread was mid-write to it
+            pass  # (a reentrant write raises RuntimeError): no dump this time, and the worker goes on
 
     try:
         signal.signal(signum, dump)
