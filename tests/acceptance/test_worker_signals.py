@@ -100,7 +100,7 @@ def test_sigusr1_writes_every_threads_stack_and_the_worker_goes_on(dsn, effects,
     job_id = producer.enqueue("slow", {"seconds": 6})
     w = spawn.worker(dsn, concurrency=2)
     wait_for(lambda: list(in_flight(db, w)) == [job_id], 30, f"worker to start job {job_id}", on_timeout=w.output)
-    # faulthandler's dump: one block per thread; the running handler's frame is in one of them. The
+    # the dump: one block per thread; the running handler's frame is in one of them. The
     # job's lease is in flight before its handler starts: signal again until a dump catches it.
     in_slow = re.compile(r'tasks_app\.py", line \d+ in slow')
 
