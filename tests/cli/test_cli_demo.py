@@ -39,6 +39,8 @@ def test_two_demos_at_once_use_their_own_databases(pg_admin_dsn):
     used = []
     for out in (out1, out2):
         assert "every job done, every database-local effect exactly once" in out, out
+        # the kill, in words: "with job(s) 5, 6 in flight", or "with 24 jobs, 3367…3482 in flight"
+        assert re.search(r"SIGKILL worker \d+ with (job\(s\) \d+(, \d+)*|\d+ jobs, \d+…\d+) in flight", out), out
         (database,) = set(re.findall(r"The demo's jobs are in database '([^']+)'", out))
         assert re.search(r"skiplock --dsn '[^']*dbname=" + re.escape(database) + r"[^']*' status", out), out
         used.append(database)

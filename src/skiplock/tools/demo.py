@@ -140,8 +140,9 @@ def _run(dialect: ModuleType, dsn: str, database: str, *, jobs: int, workers: in
                 if victim.poll() is None and done >= jobs // 3 and not killed_in_flight:
                     killed_in_flight = _kill_with_jobs_in_flight(dialect, db, victim)
                     if killed_in_flight:
-                        progress.console.print(f"[bold red]SIGKILL[/] worker {victim.pid} with job(s) "
-                                               f"{_ids(killed_in_flight)} in flight")
+                        what = (f"{_ids(killed_in_flight)}" if len(killed_in_flight) > 6 else
+                                f"job(s) {_ids(killed_in_flight)}")
+                        progress.console.print(f"[bold red]SIGKILL[/] worker {victim.pid} with {what} in flight")
                 time.sleep(0.05 if killed_in_flight or done < jobs // 3 else 0.002)
         elapsed = time.monotonic() - start
     finally:
