@@ -68,9 +68,9 @@ class Sleeper(threading.Event):
 
 
 class BatchHand:
-    """``Worker.hand`` for one batch (side_by_side.Hand, made by ``Worker.batch_hand``): after its first
-    hand-out, the ``wakes`` wake-ups it owes (its claim came back full: more jobs may wait), so those
-    go to the slots its jobs left idle."""
+    """``Worker.hand`` for one batch (side_by_side.Hand): after its first hand-out, the ``wakes``
+    wake-ups it owes (its claim came back full: more jobs may wait), so those go to the slots its jobs
+    left idle."""
 
     __slots__ = ("worker", "pending", "then_claim")
 
@@ -239,7 +239,7 @@ class Worker:
         does -- unless a wake-up it must not sleep through came meanwhile (a held-back slot tries
         for a permit again); while it runs it, it is not idle: no wake-up and no other hand-off
         reaches it."""
-        if most <= 0 or not (self._sleepers or self._parked):  # (a hint read without the lock: none idle)
+        if most <= 0 or not self.any_idle():  # (a hint read without the lock: none idle)
             return 0
         with self._wake_up:
             # the slots the governor holds back first (as many as it cut): they could not claim anyway
@@ -254,11 +254,6 @@ class Worker:
                 sleeper.work, sleeper.then_claim = work_for(k), then_claim
                 sleeper.set()
         return n
-
-    def batch_hand(self, wakes: int) -> "BatchHand":
-        """``hand`` for one batch (side_by_side.Hand): after its first hand-out, ``wakes`` wake-ups (of
-        the claim that came back full: more jobs may wait), so those go to the slots its jobs left idle."""
-        return BatchHand(self, wakes)
 
     def any_idle(self) -> bool:
         """Some slot could be handed a batch's jobs now: one sleeps for want of work, or a parked one
@@ -698,7 +693,7 @@ class Worker:
                                         more = 1  # a share (BatchPolicy.share) came back full: one more slot looks
                                     hand = None
                                     if self.claimer.side.get(index):  # side by side: idle slots are
-                                        hand = self.batch_hand(more)  # its jobs' first, then wake-ups
+                                        hand = BatchHand(self, more)  # its jobs' first, then wake-ups
                                     elif more:
                                         self.wake(every=False, slots=more)
                                     self._busy.add(index)

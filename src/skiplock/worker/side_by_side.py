@@ -79,7 +79,7 @@ class Ran:
 
 
 class Hand(Protocol):
-    """The worker's hand-out for one batch (``Worker.batch_hand``)."""
+    """The worker's hand-out for one batch (``loop.BatchHand``)."""
 
     def __call__(self, most: int, work_for: Callable[[int], Callable[[], None]]) -> int:
         """Hands ``work_for(0)``, ``work_for(1)``, ... to up to ``most`` idle slots; returns how many."""
