@@ -157,6 +157,13 @@ def job_scans(root: dict[str, Any]) -> list[dict[str, Any]]:
     return [n for n in nodes(root) if n.get("Relation Name") == "jobs"]
 
 
+def scan_reads(scans: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Each scan's node type, index, index condition, rows, loops and buffers (hit + read): what a
+    failing bound on a plan's buffers prints, so the node that read them is known."""
+    return [(n["Node Type"], n.get("Index Name"), n.get("Index Cond"), n.get("Actual Rows"), n.get("Actual Loops"),
+             n.get("Shared Hit Blocks", 0) + n.get("Shared Read Blocks", 0)) for n in scans]
+
+
 # A flow claim's parameters (queries.sql `claim_flow*`): task "t" limited to 2 at a time per customer,
 # no key held back; ``extra`` replaces any of them.
 FLOW_LIMITS = {"lt_tasks": ["t"], "lt_concurrency": [2], "lt_partition_by": ["customer"], "lt_every": [None]}

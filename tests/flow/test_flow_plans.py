@@ -15,7 +15,7 @@ import pytest
 import skiplock
 from skiplock.backend.postgres.queries import with_limit
 
-from support import PLANS, flow_claim_params as params, job_scans, nodes, plan
+from support import PLANS, flow_claim_params as params, job_scans, nodes, plan, scan_reads
 
 @pytest.mark.parametrize("mode", PLANS)
 def test_the_flow_claim_walks_the_claim_index_checking_tasks_on_its_entries(app: skiplock.App, dsn: str, mode: str):
@@ -46,14 +46,15 @@ def test_the_fair_claim_steps_over_a_partitions_backlog_in_one_descent(app: skip
                   "SELECT 'fair', 't', 'a', g %% 10 FROM generate_series(1, %s) g", [backlog])
         c.execute("ANALYZE skiplock.jobs")
     app.enqueue("t", {}, queue="fair", partition="b")
-    root = plan(dsn, app.backend.q["claim_flow_fair"], params(queue="fair", after="a"), analyze=True, mode=mode)
+    root = plan(dsn, app.backend.q["claim_flow_fair"], params(queue="fair", after="a"), analyze=True, mode=mode,
+                warm=True)
     scans = job_scans(root)
     assert scans[0]["Node Type"] == "Index Scan" and scans[0]["Index Name"] == "jobs_fair_idx", json.dumps(root)[:3000]
     assert not [n for n in nodes(root) if n["Node Type"] == "Sort" and job_scans(n)]
     read = sum(n.get("Shared Hit Blocks", 0) + n.get("Shared Read Blocks", 0) for n in scans)
     # the claim reads the index's path down to partition "b" and b's row: a handful of pages, the same
     # for a backlog of 5,000 or 50,000 (a B-tree a level deeper at most)
-    assert read <= 12, (backlog, read, json.dumps(root)[:3000])
+    assert read <= 12, (backlog, read, scan_reads(scans), json.dumps(root)[:3000])
 
 
 @pytest.mark.parametrize("mode", PLANS)
@@ -73,16 +74,17 @@ def test_the_fair_batch_claim_reads_per_partition_not_per_backlog(app: skiplock.
                   "SELECT 'fair', 't', 'p' || (g % 4), g % 10 FROM generate_series(1, 40) g")
         c.execute("ANALYZE skiplock.jobs")
     root = plan(dsn, app.backend.q["claim_flow_fair_many"], params(queue="fair", after=after, limit=8), analyze=True,
-                mode=mode)
+                mode=mode, warm=True)
     scans = job_scans(root)
     assert scans and all(n["Node Type"] in ("Index Scan", "Index Only Scan") for n in scans), json.dumps(root)[:3000]
     assert {n["Index Name"] for n in scans} <= {"jobs_fair_idx", "jobs_pkey"}, [n["Index Name"] for n in scans]
     assert not [n for n in nodes(root) if n["Node Type"] == "Sort" and job_scans(n)]
     read = sum(n.get("Shared Hit Blocks", 0) + n.get("Shared Read Blocks", 0) for n in scans)
     # four partitions after "a" (p0..p3; five from None): a descent each, locking its first job, plus
-    # the end of the walk -- 20-28 blocks measured; 32-48 when a second descent locked each partition's
-    # job (before the walk locked as it went)
-    assert read <= 31, (backlog, after, read, json.dumps(root)[:3000])
+    # the end of the walk -- 15-23 blocks measured warm (20-28 cold: the session's first look-ups in
+    # the catalogs counted too, and once 78 in CI, cause not found -- hence warm); 32-48 when a second
+    # descent locked each partition's job (before the walk locked as it went)
+    assert read <= 31, (backlog, after, read, scan_reads(scans), json.dumps(root)[:3000])
 
 
 @pytest.mark.parametrize("mode", PLANS)
@@ -102,7 +104,7 @@ def test_the_flow_claim_of_one_queue_walks_that_queues_entries_only(app: skiploc
                   "SELECT 'small', 't', jsonb_build_object('customer', g % 50), 0 FROM generate_series(1, 40) g")
         c.execute("ANALYZE skiplock.jobs")
     root = plan(dsn, with_limit(app.backend.q["claim_flow_of_queue"], 32), params(queue="small"), analyze=True,
-                mode=mode)
+                mode=mode, warm=True)
     scans = job_scans(root)
     assert scans[0]["Node Type"] == "Index Scan", json.dumps(root)[:3000]
     # (Before migration 20 a plan made for a queue of 40 jobs could read them by (state, queue) and
@@ -113,4 +115,4 @@ def test_the_flow_claim_of_one_queue_walks_that_queues_entries_only(app: skiploc
     assert scans[0].get("Actual Rows") == 32
     read = sum(n.get("Shared Hit Blocks", 0) + n.get("Shared Read Blocks", 0) for n in scans)
     # the descent to "small" and its 32 rows (a few heap pages): the same for 5,000 or 50,000 in "big"
-    assert read <= 20, (backlog, read, json.dumps(root)[:3000])
+    assert read <= 20, (backlog, read, scan_reads(scans), json.dumps(root)[:3000])
