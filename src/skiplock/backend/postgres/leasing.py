@@ -14,6 +14,7 @@ from psycopg.rows import tuple_row
 
 from ..base import ClaimedJob, Finish, FlowKey, Lease, TaskLimits
 from ..finishing import dispatch
+from .begin import Step, send_opening
 from .connecting import row_of
 from .connections import PostgresConnections
 from .errors import translate
@@ -46,8 +47,9 @@ class Leasing(PostgresConnections):
         """Lock up to ``limit`` available jobs in this connection's transaction (the lease): of
         ``queues`` (None: every queue), and of the task names ``tasks`` only (None: every task --
         what a worker with ``fail_unknown_tasks`` claims). With ``savepoint``, the first job's
-        SAVEPOINT is sent in the claim's round trip (pipeline mode). The transaction's BEGIN is a round trip
-        of its own either way: psycopg waits for it, in a pipeline too (it syncs after it)."""
+        SAVEPOINT is sent in the claim's round trip (pipeline mode). The transaction's BEGIN, when
+        the claim opens it, goes in the same round trip (begin.py; before PostgreSQL 18 the last
+        statement goes on its own, so the lease's idle timeout stays armed)."""
         prefix = "claim" if tasks is None else "claim_tasks"
         if queues:  # one queue's walk, a few queues' walks merged, or jobs_claim_any_idx
             query, params = claim_of_queues(self.q, prefix, queues)
@@ -57,20 +59,20 @@ class Leasing(PostgresConnections):
         if tasks is not None:
             params["tasks"] = text_array(tuple(tasks))
         query = with_limit(query, limit)  # a plan the server keeps (queries.with_limit)
-        prepare = prepare_now(conn)
-        if not savepoint:
-            return [ClaimedJob(*row) for row in conn.execute(query, params, prepare=prepare).fetchall()]
         cur = conn.cursor(row_factory=tuple_row)
-        with conn.pipeline():
-            cur.execute(query, params, prepare=prepare)
-            conn.execute(self.q["savepoint"])
+        steps: list[Step] = [(cur, query, params, prepare_now(conn))]
+        if savepoint:
+            steps.append((None, self.q["savepoint"], None, None))
+        send_opening(conn, steps)
         return [ClaimedJob(*row) for row in cur.fetchall()]
 
     @_on_session
     def claimable_queues(self, conn: psycopg.Connection[Any], most: int) -> tuple[list[str], list[str]]:
         """(paused queues, queues with queued jobs -- only while some queue is paused; at most
         ``most`` + 1), in the lease's transaction (``claimable_queues`` in queries.sql)."""
-        paused, queued = row_of(conn.execute(self.q["claimable_queues"], {"most": most}))
+        cur = conn.cursor(row_factory=tuple_row)
+        send_opening(conn, [(cur, self.q["claimable_queues"], {"most": most}, None)])  # it may open the lease
+        paused, queued = row_of(cur)
         return list(paused), list(queued)
 
     @_on_session
@@ -274,13 +276,14 @@ class Leasing(PostgresConnections):
             # limit of claim_flow and claim_flow_of_queue is a literal (queries.with_limit).
             text = with_limit(self.q[name], limit) if name in ("claim_flow", "claim_flow_of_queue") else self.q[name]
             cur = conn.cursor(row_factory=tuple_row)
-            with conn.pipeline():
-                conn.execute(self.q["generic_plan_for_claim"])
-                cur.execute(text, params, prepare=prepare_now(conn))
-                conn.execute(self.q["plan_cache_mode_back"])
+            send_opening(conn, [(None, self.q["generic_plan_for_claim"], None, None),
+                                (cur, text, params, prepare_now(conn)),
+                                (None, self.q["plan_cache_mode_back"], None, None)])
             rows = cur.fetchall()
         else:
-            rows = conn.execute(self.q[name], params).fetchall()
+            cur = conn.cursor(row_factory=tuple_row)
+            send_opening(conn, [(cur, self.q[name], params, None)])
+            rows = cur.fetchall()
         if name == "claim_flow_fair_many":  # walk order (its `step`: the partitions' collation)
             rows = sorted(rows, key=lambda r: r[17])
         else:  # claim order: (priority, run_at, id)
