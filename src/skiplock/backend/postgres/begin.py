@@ -6,12 +6,17 @@ claim paid it: BEGIN, then the claim, two round trips before a job could start; 
 each is a context switch to the server and back, a millisecond or more (docs/benchmarks.md,
 "Session 33").
 
-``send_opening(conn, steps)`` sends a transaction's first statements in one pipeline whose first
-command is that BEGIN, queued like any statement. psycopg then finds the pipeline busy (the
+``send_opening(conn, steps)`` sends a transaction's first statements, when there are several (the
+claim and the job's savepoint; a flow claim and the settings around it), in one pipeline whose
+first command is that BEGIN, queued like any statement. psycopg then finds the pipeline busy (the
 connection's status is ACTIVE, not IDLE) and sends no BEGIN of its own; from the pipeline's sync on,
 the connection is in the transaction exactly as if psycopg had opened it (nothing else of psycopg's
 state records who sent BEGIN). The lease's guarantees are unchanged: the statements run in the
 transaction BEGIN opened, or the pipeline raises (if BEGIN failed, nothing ran).
+
+A statement alone (the plain claim) is sent as it is, psycopg sending BEGIN before it: a pipeline
+for it cost more than the round trip it saved (measured on drains and at half the capacity;
+docs/benchmarks.md, "Session 33").
 
 To queue BEGIN without psycopg's own, the connection's autocommit flag is set for that one command:
 through psycopg's attribute ``_autocommit``, since its public setter refuses any change while a
@@ -24,8 +29,8 @@ message after its Sync, and there the Flush turns the idle-in-transaction timer 
 Sync -- a lease left idle after a pipelined claim was never ended by ``lease_timeout`` (measured on
 15: still idle in transaction 3 s past a 1 s timeout; on 18 it is ended; 16 and 17 not measured,
 taken as 15). There the last statement goes after the pipeline, on its own (its Sync arms the
-timer): a claim alone is BEGIN and the claim, as before; the savepoint or the flow claim's
-setting put back is a round trip after the pipeline that carries BEGIN and the claim.
+timer): the savepoint, or the flow claim's setting put back, is a round trip after the pipeline
+that carries BEGIN and the claim.
 """
 
 from __future__ import annotations
@@ -58,24 +63,24 @@ def flush_disarms_idle_timeout(conn: psycopg.Connection[Any]) -> bool:
 
 
 def send_opening(conn: psycopg.Connection[Any], steps: Sequence[Step]) -> None:
-    """Run ``steps`` (a lease transaction's first statements, or statements in an open one), in
-    one round trip with the transaction's BEGIN when one must be sent (see the module's docstring)."""
+    """Run ``steps`` (a lease transaction's first statements, or statements in an open one): several
+    in one pipeline, the transaction's BEGIN first when one must be sent; one alone as it is (see the
+    module's docstring)."""
     piped = list(steps)
     last = piped.pop() if flush_disarms_idle_timeout(conn) else None
-    if piped:
+    if len(steps) > 1:
         early = can_begin_early(conn)
-        if early or len(piped) > 1:
-            with conn.pipeline():
-                if early:
-                    conn._autocommit = True
-                    try:
-                        conn.execute("BEGIN", prepare=False)  # (psycopg would prepare it at its 6th run)
-                    finally:
-                        conn._autocommit = False
-                for step in piped:
-                    _run(conn, step)
-        else:
-            _run(conn, piped[0])
+        with conn.pipeline():
+            if early:
+                conn._autocommit = True
+                try:
+                    conn.execute("BEGIN", prepare=False)  # (psycopg would prepare it at its 6th run)
+                finally:
+                    conn._autocommit = False
+            for step in piped:
+                _run(conn, step)
+    elif piped:
+        _run(conn, piped[0])
     if last is not None:
         _run(conn, last)
 

@@ -47,9 +47,9 @@ class Leasing(PostgresConnections):
         """Lock up to ``limit`` available jobs in this connection's transaction (the lease): of
         ``queues`` (None: every queue), and of the task names ``tasks`` only (None: every task --
         what a worker with ``fail_unknown_tasks`` claims). With ``savepoint``, the first job's
-        SAVEPOINT is sent in the claim's round trip (pipeline mode). The transaction's BEGIN, when
-        the claim opens it, goes in the same round trip (begin.py; before PostgreSQL 18 the last
-        statement goes on its own, so the lease's idle timeout stays armed)."""
+        SAVEPOINT is sent in the claim's round trip (pipeline mode), and so is the transaction's
+        BEGIN when the claim opens it (begin.py; before PostgreSQL 18 the SAVEPOINT goes on its own
+        after it, so the lease's idle timeout stays armed). Without: BEGIN, then the claim."""
         prefix = "claim" if tasks is None else "claim_tasks"
         if queues:  # one queue's walk, a few queues' walks merged, or jobs_claim_any_idx
             query, params = claim_of_queues(self.q, prefix, queues)
