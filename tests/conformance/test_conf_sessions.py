@@ -40,7 +40,7 @@ def test_a_lease_idle_past_lease_timeout_is_ended_by_the_server(make_subject, sa
     """Guarantee: "lease idle past lease_timeout: the server ends the session; the attempt rolls back
     and is recorded" -- the job is claimable again and its attempt counted. Whatever the claim's
     round trip: with the job's savepoint it is a pipeline, and on PostgreSQL 15 a lease left idle
-    after one was never ended (the pipeline's closing Flush turned the timer off; begin.py)."""
+    after one was never ended (the pipeline's closing Flush turned the timer off; opening.py)."""
     subject = make_subject(lease_timeout=1.0)
     job_id = subject.backend.enqueue([new_job()])[0]
     lease, book = subject.lease(), subject.bookkeeping()

@@ -90,9 +90,8 @@ class PostgresLease(PostgresSession):
 
     def begin(self) -> None:
         """Directly, nothing to send now: psycopg sends BEGIN just before the transaction's first
-        statement (a round trip of its own), or a claim sent with other statements carries it in its
-        pipeline (begin.py). Behind a pooler, one statement opens it with the lease's bounds and
-        reads its session."""
+        statement (a round trip of its own). Behind a pooler, one statement opens it with the lease's
+        bounds and reads its session."""
         if self._pooled:
             started = self._run(lambda: self._backend.begin_lease_transaction(self.conn))
             self.session_id, self._xact_start = started

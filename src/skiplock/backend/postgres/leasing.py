@@ -14,11 +14,11 @@ from psycopg.rows import tuple_row
 
 from ..base import ClaimedJob, Finish, FlowKey, Lease, TaskLimits
 from ..finishing import dispatch
-from .begin import Step, send_opening
 from .connecting import row_of
 from .connections import PostgresConnections
 from .errors import translate
 from .lease import PostgresLease, PostgresSession, local_timeouts
+from .opening import send_opening
 from .queries import claim_of_queues, complete_statement, int_array, json_array, prepare_now, text_array, with_limit
 
 def _on_session(verb: Any) -> Any:
@@ -47,9 +47,9 @@ class Leasing(PostgresConnections):
         """Lock up to ``limit`` available jobs in this connection's transaction (the lease): of
         ``queues`` (None: every queue), and of the task names ``tasks`` only (None: every task --
         what a worker with ``fail_unknown_tasks`` claims). With ``savepoint``, the first job's
-        SAVEPOINT is sent in the claim's round trip (pipeline mode), and so is the transaction's
-        BEGIN when the claim opens it (begin.py; before PostgreSQL 18 the SAVEPOINT goes on its own
-        after it, so the lease's idle timeout stays armed). Without: BEGIN, then the claim."""
+        SAVEPOINT is sent in the claim's round trip (pipeline mode; before PostgreSQL 18 on its own
+        after it, so that the lease's idle timeout stays armed: opening.py). The transaction's BEGIN
+        is a round trip of its own either way: psycopg waits for it, in a pipeline too."""
         prefix = "claim" if tasks is None else "claim_tasks"
         if queues:  # one queue's walk, a few queues' walks merged, or jobs_claim_any_idx
             query, params = claim_of_queues(self.q, prefix, queues)
@@ -59,20 +59,18 @@ class Leasing(PostgresConnections):
         if tasks is not None:
             params["tasks"] = text_array(tuple(tasks))
         query = with_limit(query, limit)  # a plan the server keeps (queries.with_limit)
+        prepare = prepare_now(conn)
+        if not savepoint:
+            return [ClaimedJob(*row) for row in conn.execute(query, params, prepare=prepare).fetchall()]
         cur = conn.cursor(row_factory=tuple_row)
-        steps: list[Step] = [(cur, query, params, prepare_now(conn))]
-        if savepoint:
-            steps.append((None, self.q["savepoint"], None, None))
-        send_opening(conn, steps)
+        send_opening(conn, [(cur, query, params, prepare), (None, self.q["savepoint"], None, None)])
         return [ClaimedJob(*row) for row in cur.fetchall()]
 
     @_on_session
     def claimable_queues(self, conn: psycopg.Connection[Any], most: int) -> tuple[list[str], list[str]]:
         """(paused queues, queues with queued jobs -- only while some queue is paused; at most
         ``most`` + 1), in the lease's transaction (``claimable_queues`` in queries.sql)."""
-        cur = conn.cursor(row_factory=tuple_row)
-        send_opening(conn, [(cur, self.q["claimable_queues"], {"most": most}, None)])  # it may open the lease
-        paused, queued = row_of(cur)
+        paused, queued = row_of(conn.execute(self.q["claimable_queues"], {"most": most}))
         return list(paused), list(queued)
 
     @_on_session
@@ -281,9 +279,7 @@ class Leasing(PostgresConnections):
                                 (None, self.q["plan_cache_mode_back"], None, None)])
             rows = cur.fetchall()
         else:
-            cur = conn.cursor(row_factory=tuple_row)
-            send_opening(conn, [(cur, self.q[name], params, None)])
-            rows = cur.fetchall()
+            rows = conn.execute(self.q[name], params).fetchall()
         if name == "claim_flow_fair_many":  # walk order (its `step`: the partitions' collation)
             rows = sorted(rows, key=lambda r: r[17])
         else:  # claim order: (priority, run_at, id)
