@@ -38,13 +38,13 @@ def send_opening(conn: psycopg.Connection[Any], steps: Sequence[Step]) -> None:
     when the transaction is not open yet), the last after it, on its own, where a pipeline's end
     would leave the lease's idle timeout off; one alone as it is."""
     piped = list(steps)
-    last = piped.pop() if len(piped) == 1 or flush_disarms_idle_timeout(conn) else None
-    if len(piped) == 1:
-        _run(conn, piped[0])
-    elif piped:
+    last = piped.pop() if flush_disarms_idle_timeout(conn) else None
+    if len(piped) > 1:
         with conn.pipeline():
             for step in piped:
                 _run(conn, step)
+    elif piped:
+        _run(conn, piped[0])
     if last is not None:
         _run(conn, last)
 
